@@ -1,0 +1,93 @@
+"""The flags every recipe shares, and clean one-line errors for user mistakes."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from common.data import DataError
+from common.launchers import COLLECTIVES, LAUNCHERS, LauncherError
+from common.results import DesyncError
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = positive_int(text) if text.strip() != "0" else 0
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be greater than 0")
+    return value
+
+
+def training_parser(description: str, *, batch_size: int, epochs: int, lr: float) -> argparse.ArgumentParser:
+    """An argparse parser with the shared flags; a recipe adds its own and sets its defaults."""
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    run = parser.add_argument_group("launch")
+    run.add_argument("--launcher", choices=LAUNCHERS, default="single",
+                     help="how replicas are created and kept in sync")
+    run.add_argument("--cpu-replicas", type=positive_int, default=1,
+                     help="mirrored launcher without a GPU: split the CPU into this many replicas")
+    run.add_argument("--collective", choices=COLLECTIVES, default="auto",
+                     help="multiworker all-reduce implementation")
+    train = parser.add_argument_group("training")
+    train.add_argument("--batch-size", type=positive_int, default=batch_size,
+                       help="batch size per replica; the global batch is this times the replicas")
+    train.add_argument("--epochs", type=positive_int, default=epochs)
+    train.add_argument("--max-steps", type=positive_int, default=None,
+                       help="stop after this many global steps (default: all epochs)")
+    train.add_argument("--lr", type=positive_float, default=lr, help="base learning rate")
+    train.add_argument("--scale-lr", action=argparse.BooleanOptionalAction, default=False,
+                       help="multiply the learning rate by the number of replicas")
+    train.add_argument("--lr-warmup-steps", type=non_negative_int, default=100,
+                       help="steps over which a scaled learning rate ramps up from the base rate")
+    train.add_argument("--seed", type=int, default=42, help="seed for weights, data order and augmentation")
+    train.add_argument("--amp", action="store_true",
+                       help="mixed precision: float16 on GPU, bfloat16 on CPU")
+    train.add_argument("--xla", action="store_true", help="compile each replica's step with XLA")
+    data = parser.add_argument_group("data")
+    data.add_argument("--data-dir", default=None, help="where the dataset is (see the recipe README)")
+    data.add_argument("--synthetic", action="store_true",
+                      help="generated data instead of the dataset: for benchmarks and tests")
+    out = parser.add_argument_group("output")
+    out.add_argument("--results-dir", default=None,
+                     help="results.json, checkpoints and final weights (default: results/RECIPE)")
+    out.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    out.add_argument("--checkpoint-every", type=non_negative_int, default=0,
+                     help="checkpoint every N steps (0: at the end of every epoch)")
+    out.add_argument("--log-every", type=positive_int, default=10, help="print progress every N steps")
+    out.add_argument("--warmup-steps", type=non_negative_int, default=5,
+                     help="first steps left out of the throughput figures (tracing, autotuning)")
+    out.add_argument("--fault-desync-replica", type=int, default=None, metavar="R",
+                     help="testing only: perturb replica R's weights before the final check, "
+                          "to see the desync guard stop the run")
+    return parser
+
+
+def run_main(main) -> None:
+    """Run a recipe's main(); user mistakes end with one line on stderr, not a traceback."""
+    try:
+        main()
+    except (DataError, LauncherError, FileExistsError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except DesyncError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(3)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,72 @@
+"""Deterministic example order, sharded before any expensive work.
+
+Every launcher must see the same global batches in the same order, or it trains a different model.
+The rule used here: shuffle the *indices* of the examples (or the file list) with a seed per epoch,
+keep only whole global batches, then give input pipeline `p` of `P` the positions p, p+P, p+2P, ...
+Batched at the per-replica batch size, the replicas of step `i` together hold exactly global batch
+`i`, whether that is one device, N local replicas fed by one pipeline, or N workers with one each.
+Only integers are shuffled and sharded; decoding happens afterwards, on this pipeline's share only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """Bad or missing data, with a message that says what to do."""
+
+
+@dataclass(frozen=True)
+class InputShard:
+    """Which share of the data one input pipeline reads, and how it batches it."""
+
+    num_pipelines: int  # input pipelines in the job: 1 per worker process
+    pipeline_id: int  # this pipeline's index, 0 .. num_pipelines-1
+    per_replica_batch: int  # batch size of one replica (what this pipeline's batches hold)
+    global_batch: int  # per_replica_batch x replicas in the whole job
+
+    def __post_init__(self):
+        if not 0 <= self.pipeline_id < self.num_pipelines:
+            raise ValueError(f"pipeline_id {self.pipeline_id} outside 0..{self.num_pipelines - 1}")
+        if self.global_batch % self.num_pipelines:
+            raise ValueError(
+                f"global batch {self.global_batch} does not divide over {self.num_pipelines} pipelines")
+
+
+def steps_per_epoch(num_examples: int, global_batch: int) -> int:
+    """Whole global batches in one pass over the data; the remainder is left out of that epoch."""
+    steps = num_examples // global_batch
+    if steps == 0:
+        raise DataError(
+            f"{num_examples} examples do not fill one global batch of {global_batch}; "
+            "lower --batch-size or use fewer replicas")
+    return steps
+
+
+def epoch_order(num_examples: int, global_batch: int, epoch: int, seed: int,
+                shuffle: bool = True) -> np.ndarray:
+    """All example indices of one epoch in training order, cut to whole global batches."""
+    order = np.arange(num_examples, dtype=np.int64)
+    if shuffle:
+        np.random.default_rng([seed, epoch]).shuffle(order)
+    return order[: steps_per_epoch(num_examples, global_batch) * global_batch]
+
+
+def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: int,
+                  start_step: int = 0, shuffle: bool = True) -> np.ndarray:
+    """This pipeline's example indices for global steps [start_step, total_steps), in order.
+
+    The result holds exactly (total_steps - start_step) * global_batch / num_pipelines indices,
+    the same count on every pipeline, so no worker waits on a collective that another never joins.
+    """
+    per_epoch = steps_per_epoch(num_examples, shard.global_batch)
+    parts = []
+    for epoch in range(start_step // per_epoch, -(-total_steps // per_epoch)):
+        order = epoch_order(num_examples, shard.global_batch, epoch, seed, shuffle)
+        first = max(start_step - epoch * per_epoch, 0)
+        last = min(total_steps - epoch * per_epoch, per_epoch)
+        parts.append(order[first * shard.global_batch: last * shard.global_batch])
+    order = np.concatenate(parts) if parts else np.zeros([0], np.int64)
+    return order[shard.pipeline_id:: shard.num_pipelines]

@@ -1,0 +1,278 @@
+"""The four ways to run one training job, behind one interface.
+
+    single       one device: the first GPU, or the CPU
+    mirrored     tf.distribute.MirroredStrategy over the local GPUs (or N logical CPU devices)
+    multiworker  tf.distribute.MultiWorkerMirroredStrategy, cluster from TF_CONFIG or SLURM
+    horovod      Horovod: allreduce of gradients, initial state broadcast from rank 0
+
+Every launcher answers the same questions (how many replicas, am I the chief, which share of the
+data is mine) and does the same three jobs for the training loop in `common.training`: run one step
+on every replica and sum what it returns, aggregate gradients, and report a fingerprint of every
+replica's weights so that a silent desynchronisation fails the run.
+
+Why not `model.fit`: with Keras 3, `fit` fails under MultiWorkerMirroredStrategy (tensorflow#72388)
+and Horovod's Keras callbacks and DistributedOptimizer fail (horovod#4290). A custom loop with a
+plain GradientTape works under all four and keeps the replicas bit-identical (Keras >= 3.8).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from common.data import InputShard
+
+LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
+COLLECTIVES = ("auto", "ring", "nccl")
+
+
+class LauncherError(RuntimeError):
+    """A launcher cannot start as configured; the message says what to change."""
+
+
+def weights_fingerprint(arrays) -> str:
+    """sha256 over the raw bytes of a list of arrays: equal only when every weight is bit-identical."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        digest.update(str(array.dtype).encode() + str(array.shape).encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _components(variable):
+    """The per-replica copies of a (Keras or tf) variable on this process, in replica order."""
+    tf_variable = getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
+    return list(getattr(tf_variable, "values", (tf_variable,)))
+
+
+def _gpus():
+    return tf.config.list_physical_devices("GPU")
+
+
+def _allow_gpu_memory_growth():
+    for gpu in _gpus():
+        tf.config.experimental.set_memory_growth(gpu, True)
+
+
+class Launcher:
+    """Interface of all launchers. Subclasses set the counts in `__init__` and override the rest."""
+
+    name = "base"
+    num_workers = 1  # processes in the job
+    worker_index = 0  # this process
+    num_replicas = 1  # model replicas in the whole job
+    local_replicas = 1  # model replicas in this process
+    num_nodes = 1  # hosts in the job
+
+    @property
+    def is_chief(self) -> bool:
+        """Only the chief prints progress and writes checkpoints and results."""
+        return self.worker_index == 0
+
+    def input_shard(self, per_replica_batch: int) -> InputShard:
+        """This process's share of the data: one input pipeline per worker process."""
+        return InputShard(self.num_workers, self.worker_index, per_replica_batch,
+                          per_replica_batch * self.num_replicas)
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def distribute_dataset(self, dataset_fn, per_replica_batch: int):
+        """`dataset_fn(InputShard)` -> per-replica batches; returns what `run` takes, step by step."""
+        raise NotImplementedError
+
+    def run(self, replica_fn, batch):
+        """Run `replica_fn(*batch)` on every replica; return its dict of outputs summed over all."""
+        raise NotImplementedError
+
+    def aggregate_gradients(self, gradients):
+        """Gradients every replica applies. Strategies sum inside `apply_gradients`; Horovod here."""
+        return gradients
+
+    def prepare(self, model, optimizer):
+        """Called once the model and optimizer exist and any checkpoint is restored."""
+
+    def local_fingerprints(self, variables) -> list[str]:
+        per_replica = zip(*[_components(v) for v in variables])
+        return [weights_fingerprint([c.numpy() for c in copies]) for copies in per_replica]
+
+    def all_fingerprints(self, variables) -> list[str]:
+        """Fingerprint of every replica in the job, known to every process."""
+        return self.local_fingerprints(variables)
+
+    def perturb_replica(self, variables, replica: int):
+        """Testing only: make one replica's weights differ, to prove the desync guard fires."""
+        first_local = self.worker_index * self.local_replicas
+        if first_local <= replica < first_local + self.local_replicas:
+            copy = _components(variables[0])[replica - first_local]
+            copy.assign(copy + tf.ones_like(copy) * 1e-3)
+
+    def barrier(self):
+        """Wait until every process arrives."""
+
+
+class StrategyLauncher(Launcher):
+    """Shared by single, mirrored and multiworker: they differ only in the strategy they build."""
+
+    strategy: tf.distribute.Strategy
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def distribute_dataset(self, dataset_fn, per_replica_batch):
+        def per_worker(context: tf.distribute.InputContext):
+            return dataset_fn(InputShard(context.num_input_pipelines, context.input_pipeline_id,
+                                         per_replica_batch, per_replica_batch * self.num_replicas))
+
+        return self.strategy.distribute_datasets_from_function(per_worker)
+
+    def run(self, replica_fn, batch):
+        outputs = self.strategy.run(replica_fn, args=tuple(batch))
+        return {key: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+                for key, value in outputs.items()}
+
+    def all_fingerprints(self, variables):
+        local = self.local_fingerprints(variables)
+        if self.num_workers == 1:
+            return local
+        # Collectives carry numbers, not strings: each replica sends its hex digest as 16-bit chunks
+        # (exact in float32) and every worker gathers all of them.
+        codes = [[int(fp[i:i + 4], 16) for i in range(0, len(fp), 4)] for fp in local]
+        first_local = self.worker_index * self.local_replicas
+        values = self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.constant([codes[ctx.replica_id_in_sync_group - first_local]], tf.float32))
+        gathered = self.strategy.gather(values, axis=0).numpy().astype(np.int64)
+        return ["".join(f"{int(code):04x}" for code in row) for row in gathered]
+
+    def barrier(self):
+        if self.num_workers > 1:
+            self.strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                 self.strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+
+class SingleLauncher(StrategyLauncher):
+    name = "single"
+
+    def __init__(self, cpu_replicas: int = 1, collective: str = "auto"):
+        if cpu_replicas != 1:
+            raise LauncherError(
+                f"--cpu-replicas {cpu_replicas} does not apply to --launcher single, which runs one "
+                "replica; use --launcher mirrored, multiworker or horovod for more")
+        _allow_gpu_memory_growth()
+        # The default strategy places work on the first GPU if there is one, else on the CPU.
+        self.strategy = tf.distribute.get_strategy()
+
+
+class MirroredLauncher(StrategyLauncher):
+    name = "mirrored"
+
+    def __init__(self, cpu_replicas: int = 1, collective: str = "auto"):
+        gpus = _gpus()
+        if gpus:
+            _allow_gpu_memory_growth()
+            devices = None  # every visible GPU; NCCL all-reduce
+        else:
+            # No GPU: split the CPU into N logical devices, one replica each. This must happen
+            # before TensorFlow initialises its devices, so the launcher is created first thing.
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
+            devices = [f"/cpu:{i}" for i in range(cpu_replicas)]
+        self.strategy = tf.distribute.MirroredStrategy(devices=devices)
+        self.num_replicas = self.local_replicas = self.strategy.num_replicas_in_sync
+
+
+class MultiWorkerLauncher(StrategyLauncher):
+    name = "multiworker"
+
+    def __init__(self, cpu_replicas: int = 1, collective: str = "auto"):
+        resolver = self._cluster_resolver()
+        _allow_gpu_memory_growth()
+        implementation = getattr(tf.distribute.experimental.CommunicationImplementation,
+                                 collective.upper())
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver,
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=implementation))
+        spec = resolver.cluster_spec().as_dict()
+        self.num_workers = sum(len(tasks) for tasks in spec.values())
+        self.worker_index = resolver.task_id + (len(spec.get("chief", [])) if resolver.task_type == "worker" else 0)
+        self.num_replicas = self.strategy.num_replicas_in_sync
+        self.local_replicas = self.num_replicas // self.num_workers
+        self.num_nodes = len({address.rsplit(":", 1)[0] for tasks in spec.values() for address in tasks})
+
+    @staticmethod
+    def _cluster_resolver():
+        if "TF_CONFIG" in os.environ:
+            try:
+                json.loads(os.environ["TF_CONFIG"])
+            except json.JSONDecodeError as error:
+                raise LauncherError(f"TF_CONFIG is not valid JSON ({error}): {os.environ['TF_CONFIG']!r}")
+            return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        if "SLURM_PROCID" in os.environ:
+            return tf.distribute.cluster_resolver.SlurmClusterResolver()
+        raise LauncherError(
+            "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them "
+            "with `python -m common.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
+
+
+class HorovodLauncher(Launcher):
+    name = "horovod"
+
+    def __init__(self, cpu_replicas: int = 1, collective: str = "auto"):
+        try:
+            import horovod.tensorflow as hvd
+        except ImportError as error:
+            raise LauncherError(
+                f"--launcher horovod needs Horovod ({error}); build it with "
+                "`bash ci/setup.sh --horovod` or use the container image") from None
+        self.hvd = hvd
+        hvd.init()  # Horovod: one process per replica, started by horovodrun, mpirun or srun.
+        gpus = _gpus()
+        if gpus:  # Horovod: pin one GPU per process, chosen by local rank.
+            tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+            _allow_gpu_memory_growth()
+        self.num_workers = self.num_replicas = hvd.size()
+        self.worker_index = hvd.rank()
+        self.num_nodes = hvd.cross_size()
+
+    def distribute_dataset(self, dataset_fn, per_replica_batch):
+        # Horovod: each process reads only its own shard.
+        return dataset_fn(self.input_shard(per_replica_batch))
+
+    def run(self, replica_fn, batch):
+        outputs = replica_fn(*batch)
+        # Horovod: sum the per-replica outputs (losses are already divided by the global batch).
+        return {key: self.hvd.allreduce(value, op=self.hvd.Sum) for key, value in outputs.items()}
+
+    def aggregate_gradients(self, gradients):
+        # Horovod: sum the gradients of all replicas; each local loss is already scaled by
+        # 1/global_batch, so the sum is the gradient of the mean loss over the global batch.
+        return self.hvd.grouped_allreduce(gradients, op=self.hvd.Sum)
+
+    def prepare(self, model, optimizer):
+        # Horovod: start every replica from rank 0's model and optimizer state. The optimizer must
+        # be built (its slots created) before this, or its state would be left out.
+        for variable in model.variables + optimizer.variables:
+            variable.assign(self.hvd.broadcast(variable.value, root_rank=0))
+
+    def all_fingerprints(self, variables):
+        return [fp for rank in self.hvd.allgather_object(self.local_fingerprints(variables)) for fp in rank]
+
+    def barrier(self):
+        self.hvd.allreduce(tf.constant(0.0), op=self.hvd.Sum)
+
+
+def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto") -> Launcher:
+    """Build the named launcher. Call it before anything else touches TensorFlow's devices."""
+    classes = {cls.name: cls for cls in (SingleLauncher, MirroredLauncher, MultiWorkerLauncher, HorovodLauncher)}
+    if name not in classes:
+        raise LauncherError(f"unknown launcher {name!r}; choose one of {', '.join(LAUNCHERS)}")
+    if collective not in COLLECTIVES:
+        raise LauncherError(f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}")
+    return classes[name](cpu_replicas=cpu_replicas, collective=collective)

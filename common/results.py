@@ -1,0 +1,67 @@
+"""Measurement and the results file: throughput, step-time percentiles, versions, results.json."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+
+import numpy as np
+
+
+class DesyncError(RuntimeError):
+    """Replicas finished training with different weights."""
+
+
+def check_in_sync(fingerprints: list[str]) -> None:
+    """The desync guard: every replica must end with bit-identical trainable weights."""
+    if len(set(fingerprints)) > 1:
+        listing = ", ".join(f"replica {i}: {fp}" for i, fp in enumerate(fingerprints))
+        raise DesyncError(
+            f"replicas finished with different weights ({listing}). The launchers did not keep "
+            "them in sync, so this run trained no single model; results were not written. "
+            "Check the Keras version (>= 3.8 is required for MirroredStrategy) and the launcher.")
+
+
+def throughput(step_times_s: list[float], global_batch: int, num_replicas: int,
+               warmup_steps: int) -> dict:
+    """Images/s and step-time percentiles over the steps after the warm-up.
+
+    Counts only images that were trained on (whole global batches), divided by the summed wall
+    time of those steps, so the figure is not inflated the way epoch-size / epoch-time can be.
+    """
+    timed = np.asarray(step_times_s[warmup_steps:], dtype=np.float64)
+    if timed.size == 0:
+        return {"timed_steps": 0, "images_per_sec": None, "images_per_sec_per_replica": None,
+                "step_time_p50_ms": None, "step_time_p90_ms": None}
+    images_per_sec = global_batch * timed.size / timed.sum()
+    return {
+        "timed_steps": int(timed.size),
+        "images_per_sec": round(float(images_per_sec), 2),
+        "images_per_sec_per_replica": round(float(images_per_sec / num_replicas), 2),
+        "step_time_p50_ms": round(float(np.percentile(timed, 50) * 1e3), 3),
+        "step_time_p90_ms": round(float(np.percentile(timed, 90) * 1e3), 3),
+    }
+
+
+def versions() -> dict:
+    import keras
+    import tensorflow as tf
+
+    try:
+        import horovod
+        horovod_version = horovod.__version__
+    except ImportError:
+        horovod_version = None
+    return {"python": platform.python_version(), "tensorflow": tf.__version__,
+            "keras": keras.__version__, "horovod": horovod_version}
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write atomically: a reader sees the old file or the whole new one, never half of it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+    os.replace(handle.name, path)

@@ -1,0 +1,94 @@
+"""Start N local worker processes for MultiWorkerMirroredStrategy, each with its own TF_CONFIG.
+
+    python -m common.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
+
+This is the single-node equivalent of what a cluster scheduler does: it picks free localhost ports,
+gives worker i the TF_CONFIG with task index i (and, with --gpus-per-worker, its own GPUs), streams
+their output, and stops the others as soon as one fails, so that no worker waits forever on a
+collective its peer will never join. It exits with the first failing worker's code.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def build_tf_config(addresses: list[str], index: int) -> str:
+    """TF_CONFIG for worker `index` of a cluster of workers at `addresses` (host:port)."""
+    return json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
+
+
+def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,
+                        host: str = "localhost") -> list[dict]:
+    """The environment additions of each worker: TF_CONFIG and, on GPUs, CUDA_VISIBLE_DEVICES."""
+    addresses = [f"{host}:{port}" for port in ports]
+    environments = []
+    for index in range(nproc):
+        env = {"TF_CONFIG": build_tf_config(addresses, index)}
+        if gpus_per_worker:
+            first = index * gpus_per_worker
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + gpus_per_worker))
+        environments.append(env)
+    return environments
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("localhost", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nproc", type=int, required=True, help="worker processes to start")
+    parser.add_argument("--gpus-per-worker", type=int, default=0,
+                        help="give worker i GPUs i*K .. i*K+K-1 (0: leave CUDA_VISIBLE_DEVICES alone)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the worker command")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the worker command after --, e.g. -- python train.py --launcher multiworker")
+    if args.nproc < 1:
+        parser.error(f"--nproc {args.nproc} must be at least 1")
+
+    workers = []
+    for env in worker_environments(args.nproc, free_ports(args.nproc), args.gpus_per_worker):
+        workers.append(subprocess.Popen(command, env={**os.environ, **env}))
+    code = 0
+    try:
+        while workers and code == 0:
+            for worker in list(workers):
+                status = worker.poll()
+                if status is not None:
+                    workers.remove(worker)
+                    code = code or (status if status >= 0 else 128 - status)
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        code = 130
+    for worker in workers:  # one failed (or Ctrl-C): stop the rest rather than let them hang
+        worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+    if code:
+        print(f"spawn: a worker exited with status {code}; stopped the others", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""MNIST CNN: the smallest recipe, and the template for the others.
+
+Trains the classic Keras MNIST convnet (Conv32, Conv64, MaxPool, Dropout 0.25, Dense 128,
+Dropout 0.5, Dense 10) on the 60,000 MNIST training digits, then evaluates on the 10,000 test digits.
+The same script runs under every launcher; only `--launcher` and the program that starts it change:
+
+    python recipes/mnist-cnn/train.py --launcher single
+    python recipes/mnist-cnn/train.py --launcher mirrored                  # all local GPUs
+    python recipes/mnist-cnn/train.py --launcher mirrored --cpu-replicas 2 # no GPU: 2 CPU replicas
+    python -m common.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
+    horovodrun -np 2 -H localhost:2 python recipes/mnist-cnn/train.py --launcher horovod
+
+or all of them through `invoke run mnist-cnn --gpus N --launcher L`.
+
+Data: TFDS `mnist`, or `--data-dir DIR` holding either a TFDS data directory or the Keras
+`mnist.npz` (what `keras.datasets.mnist.load_data()` downloads) for clusters without internet.
+`--synthetic` trains on generated digits-like images instead, for benchmarks and tests.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from common import cli, training  # noqa: E402
+from common.data import DataError, sharded_order  # noqa: E402
+from common.launchers import create_launcher  # noqa: E402
+
+RECIPE = "mnist-cnn"
+
+
+# ## Data
+# MNIST fits in memory, so the input pipeline shuffles and shards example *indices* and gathers the
+# images of each batch: no replica ever touches another replica's share.
+
+def load_npz(path):
+    with np.load(path) as data:
+        missing = {"x_train", "y_train", "x_test", "y_test"} - set(data.files)
+        if missing:
+            raise DataError(f"{path} lacks arrays {sorted(missing)}; expected the Keras mnist.npz")
+        return data["x_train"], data["y_train"], data["x_test"], data["y_test"]
+
+
+def load_tfds(data_dir):
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder("mnist", data_dir=data_dir)
+    try:
+        builder.download_and_prepare()
+    except Exception as error:  # offline: DNS failure, proxy refusal, partial download
+        raise DataError(
+            f"MNIST is not in {builder.data_dir} and could not be downloaded ({type(error).__name__}). "
+            "Copy the Keras mnist.npz (https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz) "
+            "into a folder and pass --data-dir FOLDER, prepare TFDS mnist on a machine with internet "
+            "and pass its data dir, or use --synthetic") from None
+    arrays = {}
+    for split in ("train", "test"):
+        images, labels = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, as_supervised=True))
+        arrays[split] = images[..., 0], labels
+    return (*arrays["train"], *arrays["test"])
+
+
+def synthetic_mnist(seed, train=10_000, test=2_000):
+    """Noise images with a bright 6x6 patch whose position is the label: learnable in a few steps."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, size=train + test)
+    images = (rng.random((train + test, 28, 28)) * 96).astype(np.uint8)
+    for digit in range(10):
+        row, col = 2 + 12 * (digit // 5), 2 + 5 * (digit % 5)
+        images[labels == digit, row:row + 6, col:col + 6] = 255
+    return images[:train], labels[:train], images[train:], labels[train:]
+
+
+def load_mnist(data_dir, synthetic, seed):
+    if synthetic:
+        return synthetic_mnist(seed)
+    if data_dir and os.path.isfile(os.path.join(data_dir, "mnist.npz")):
+        return load_npz(os.path.join(data_dir, "mnist.npz"))
+    if data_dir and not os.path.isdir(data_dir):
+        raise DataError(f"--data-dir {data_dir} does not exist")
+    return load_tfds(data_dir)
+
+
+def make_train_dataset(images, labels, shard, total_steps, seed, start_step):
+    order = sharded_order(len(images), shard, total_steps, seed, start_step)
+    images, labels = tf.constant(images), tf.constant(labels, tf.int32)
+    dataset = tf.data.Dataset.from_tensor_slices(order).batch(shard.per_replica_batch, drop_remainder=True)
+    dataset = dataset.map(lambda index: (tf.gather(images, index), tf.gather(labels, index)))
+    dataset = dataset.map(lambda x, y: (tf.cast(x, tf.float32)[..., None] / 255.0, y))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def make_eval_dataset(images, labels, batch_size=1000):
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels.astype(np.int32))).batch(batch_size)
+    return dataset.map(lambda x, y: (tf.cast(x, tf.float32)[..., None] / 255.0, y))
+
+
+# ## Model
+# The output layer stays float32 under --amp so that the softmax and the loss keep full precision.
+
+def build_model(dropout=True):
+    return keras.Sequential([
+        keras.Input((28, 28, 1)),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.Conv2D(64, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Dropout(0.25 if dropout else 0.0),
+        keras.layers.Flatten(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dropout(0.5 if dropout else 0.0),
+        keras.layers.Dense(10, activation="softmax", dtype="float32"),
+    ], name="mnist_cnn")
+
+
+TASK = training.Task(
+    loss_fn=keras.losses.sparse_categorical_crossentropy,
+    metric_sums=lambda y, p: {"correct": tf.reduce_sum(tf.cast(tf.equal(tf.cast(tf.argmax(p, -1), tf.int32), y), tf.float32))},
+    summarize=lambda sums: {"accuracy": float(sums["correct"] / sums["examples"])},
+)
+
+
+def main():
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=128, epochs=2, lr=1e-3)
+    parser.add_argument("--no-dropout", action="store_true",
+                        help="disable dropout (parity tests: masks are drawn per replica)")
+    args = parser.parse_args()
+    results_dir = args.results_dir or os.path.join("results", RECIPE)
+
+    # The launcher comes first: it may split the CPU into logical devices before TF initialises.
+    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective)
+    keras.utils.set_random_seed(args.seed)
+    precision = training.configure_precision(args.amp)
+
+    x_train, y_train, x_test, y_test = load_mnist(args.data_dir, args.synthetic, args.seed)
+    trainer = training.Trainer(
+        launcher, RECIPE, num_examples=len(x_train), per_replica_batch=args.batch_size,
+        epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
+        warmup_steps=args.warmup_steps, xla=args.xla)
+
+    with launcher.scope():
+        model = build_model(dropout=not args.no_dropout)
+        optimizer = keras.optimizers.Adam(
+            training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps))
+    trainer.setup(model, optimizer)
+
+    dataset = launcher.distribute_dataset(
+        lambda shard: make_train_dataset(x_train, y_train, shard, trainer.total_steps, args.seed,
+                                         trainer.start_step),
+        args.batch_size)
+    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica)
+
+    if launcher.is_chief:
+        test_metrics = trainer.evaluate(make_eval_dataset(x_test, y_test), TASK)
+        training.log(launcher, f"test: loss {test_metrics['loss']:.4f}  accuracy {test_metrics['accuracy']:.4f}")
+        trainer.save_results({"final_metrics": {"test": test_metrics}, "precision": precision,
+                              "data": "synthetic" if args.synthetic else "mnist"})
+
+
+if __name__ == "__main__":
+    cli.run_main(main)
