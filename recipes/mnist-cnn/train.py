@@ -124,6 +124,8 @@ TASK = training.Task(
 
 def main():
     parser = cli.training_parser(__doc__.split("\n")[0], batch_size=128, epochs=2, lr=1e-3)
+    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
+                        help="sgd (momentum 0.9) is sensitive to the gradient scale, which Adam hides")
     parser.add_argument("--no-dropout", action="store_true",
                         help="disable dropout (parity tests: masks are drawn per replica)")
     args = parser.parse_args()
@@ -143,8 +145,9 @@ def main():
 
     with launcher.scope():
         model = build_model(dropout=not args.no_dropout)
-        optimizer = keras.optimizers.Adam(
-            training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps))
+        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
+        optimizer = (keras.optimizers.Adam(rate) if args.optimizer == "adam"
+                     else keras.optimizers.SGD(rate, momentum=0.9))
     trainer.setup(model, optimizer)
 
     dataset = launcher.distribute_dataset(

@@ -1,0 +1,366 @@
+"""Container commands: Debian base image, `docker build`, `docker run`, Apptainer build and exec.
+
+Every function takes plain values and returns an argv list (plus, for `docker build`, the extra
+environment it needs). Nothing here runs a process, touches the file system or reads the caller's
+environment; `tasks.py` does that with what these return.
+
+Paths inside every container are the same, so one train command works in Docker, in Apptainer and
+on the host from the repository root:
+
+    /workspace/tf-recipes   the code (common/ and recipes/<name>/); the working directory
+    /data                   the dataset, read-only
+    /results                checkpoints, logs and measurements, read-write
+"""
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+
+CONTAINER_WORKDIR = "/workspace/tf-recipes"
+CONTAINER_DATA_DIR = "/data"
+CONTAINER_RESULTS_DIR = "/results"
+
+# The Dockerfiles read the site CA bundle from this BuildKit secret (`RUN --mount=type=secret,id=...`).
+PIP_CERT_SECRET_ID = "pipcert"
+
+DEBOOTSTRAP_VARIANTS = ("minbase", "buildd", "fakechroot")
+
+# Left out of the base image tarball: apt's package cache and index files. Every Dockerfile runs
+# `apt-get update` first (into a cache mount), so they would only add ~80 MB to the base image.
+ROOTFS_TAR_EXCLUDES = (
+    "./var/cache/apt/archives/*.deb",
+    "./var/cache/apt/*.bin",
+    "./var/lib/apt/lists/*",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# A Debian base image without a registry: debootstrap, tar, docker import
+# ---------------------------------------------------------------------------------------------
+
+def build_debootstrap_command(rootfs: str, suite: str = "bookworm", variant: str = "minbase",
+                              mirror: str | None = None) -> list[str]:
+    """`debootstrap` a Debian root file system into `rootfs` (needs root; about a minute)."""
+    _require_value("rootfs", rootfs)
+    if posixpath.normpath(rootfs).strip("/") == "":
+        raise ValueError("rootfs '/' would debootstrap over the running system; give an empty directory")
+    _require_value("suite", suite)
+    if variant not in DEBOOTSTRAP_VARIANTS:
+        raise ValueError(f"debootstrap variant {variant!r} is unknown; use one of {', '.join(DEBOOTSTRAP_VARIANTS)}")
+    argv = ["debootstrap", f"--variant={variant}", suite, rootfs]
+    if mirror:
+        argv.append(mirror)
+    return argv
+
+
+def build_rootfs_tar_command(rootfs: str, tarball: str) -> list[str]:
+    """Pack `rootfs` into `tarball`, without apt's caches (see ROOTFS_TAR_EXCLUDES).
+
+    The import is two commands joined by a file rather than the usual pipe
+    (`tar -C ROOTFS -c . | docker import - TAG`), so that both run without a shell and a failure
+    of either has its own exit status.
+    """
+    _require_value("rootfs", rootfs)
+    _require_value("tarball", tarball)
+    excludes = [f"--exclude={pattern}" for pattern in ROOTFS_TAR_EXCLUDES]
+    return ["tar", "-C", rootfs, *excludes, "-c", "-f", tarball, "."]
+
+
+def build_docker_import_command(tarball: str, tag: str, docker: str = "docker") -> list[str]:
+    """Turn the tarball of a root file system into the image `tag`."""
+    _require_value("tarball", tarball)
+    _require_image("tag", tag)
+    return [docker, "import", tarball, tag]
+
+
+def build_debian_base_commands(rootfs: str, tarball: str, tag: str, *, suite: str = "bookworm",
+                               variant: str = "minbase", mirror: str | None = None,
+                               docker: str = "docker") -> list[list[str]]:
+    """The three commands, in order, that make a local Debian base image: debootstrap, tar, import."""
+    return [
+        build_debootstrap_command(rootfs, suite=suite, variant=variant, mirror=mirror),
+        build_rootfs_tar_command(rootfs, tarball),
+        build_docker_import_command(tarball, tag, docker=docker),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# docker build
+# ---------------------------------------------------------------------------------------------
+
+def build_docker_build_command(dockerfile: str, context: str, tag: str, build_args: Mapping[str, str | None],
+                               labels: Mapping[str, str], ca_bundle: str | None, docker: str = "docker",
+                               progress: str = "plain") -> tuple[list[str], dict[str, str]]:
+    """`docker build` with BuildKit; returns (argv, extra environment to add to the caller's).
+
+    Why the docker CLI and not the docker SDK for Python: the SDK's `images.build` talks to the
+    engine's legacy builder, which has neither `RUN --mount` (the cache and secret mounts every
+    Dockerfile here uses) nor `--secret`, so these Dockerfiles do not build through it. The CLI
+    with `DOCKER_BUILDKIT=1` has both and streams the build log as it goes (`--progress=plain`).
+    The client must have BuildKit built in or the buildx plugin: `ci/docker-engine.sh` prints one
+    that does (Debian's `/usr/bin/docker` 20.10 here), and that path is what `docker` should be.
+
+    `ca_bundle` (for example /etc/ssl/certs/ca-certificates.crt behind a TLS-intercepting proxy)
+    reaches pip only as the BuildKit secret `pipcert`, so it never lands in an image layer.
+    Build arguments whose value is None are left out, so the Dockerfile's default applies.
+    """
+    _require_value("dockerfile", dockerfile)
+    _require_value("context", context)
+    _require_image("tag", tag)
+    argv = [docker, "build"]
+    if progress:
+        argv.append(f"--progress={progress}")
+    argv += ["-f", dockerfile, "-t", tag]
+    for key, value in build_args.items():
+        if value is not None:
+            argv += ["--build-arg", f"{_require_key('build arg', key)}={value}"]
+    for key, value in labels.items():
+        argv += ["--label", f"{_require_key('label', key)}={value}"]
+    if ca_bundle:
+        if "," in ca_bundle:
+            raise ValueError(f"CA bundle path {ca_bundle!r} contains a comma, which `--secret` cannot take; "
+                             "copy or link the bundle to a path without one")
+        argv += ["--secret", f"id={PIP_CERT_SECRET_ID},src={ca_bundle}"]
+    argv.append(context)
+    return argv, {"DOCKER_BUILDKIT": "1"}
+
+
+# ---------------------------------------------------------------------------------------------
+# docker run
+# ---------------------------------------------------------------------------------------------
+
+GpuSelection = int | str | Sequence[int]
+
+
+def docker_gpus_value(gpus: GpuSelection) -> str | None:
+    """The value of `docker run --gpus`, or None for no GPU.
+
+    0 -> None (CPU only); "all" -> "all"; N -> "N" (the first N GPUs); [0, 1] -> '"device=0,1"'.
+    The device list keeps its double quotes: `--gpus` parses its value as CSV, and without them the
+    comma would split "device=0" from "1". No shell is involved, so no further quoting is needed.
+    """
+    kind, value = _parse_gpus(gpus)
+    if kind == "none":
+        return None
+    if kind == "all":
+        return "all"
+    if kind == "count":
+        return str(value)
+    return '"device=' + ",".join(str(d) for d in value) + '"'
+
+
+def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: GpuSelection,
+                             env: Mapping[str, str], data_dir: str | None = None,
+                             results_dir: str | None = None, user: str | None = None,
+                             shm_size: str = "1g", network: str | None = None, profile: bool = False,
+                             name: str | None = None, interactive: bool = False, ipc: str | None = "host",
+                             memlock: int | None = -1, stack: int | None = 67108864,
+                             docker: str = "docker") -> list[str]:
+    """`docker run` with NVIDIA's recommended flags for its framework containers.
+
+    - `--rm`; `--gpus` unless `gpus` is 0 (see `docker_gpus_value`).
+    - `--ipc=host` so that processes of one job (NCCL, MPI, DataLoader-style workers) share memory.
+      With the host's IPC namespace Docker ignores `--shm-size` (checked: /dev/shm was the host's
+      24G with `--shm-size 1g`), so `--shm-size` is given only when `ipc` is not "host".
+    - `--ulimit memlock=-1` (pinned memory for GPU transfers) and `--ulimit stack=67108864` (64 MiB).
+      Some sandboxes refuse to raise memlock ("error setting rlimit type 8: operation not
+      permitted"); pass `memlock=None` there to leave the limit alone.
+    - `data_dir` bind-mounted read-only at /data, `results_dir` read-write at /results. Both must be
+      absolute host paths; `--mount` (unlike `-v`) fails if the path is missing instead of creating
+      a root-owned empty directory.
+    - `user` ("UID:GID") runs as the caller, so results are theirs; the images set HOME=/tmp.
+    - `-e K=V` for each `env` entry.
+    - Never `--privileged`. `--cap-add SYS_ADMIN` only with `profile=True`: GPU profilers (Nsight)
+      read the performance counters, which needs it.
+    - `-it` only with `interactive=True` (a terminal; CI has none).
+    """
+    _require_image("image", image)
+    argv = [docker, "run", "--rm"]
+    if interactive:
+        argv.append("-it")
+    if name:
+        argv += ["--name", name]
+    gpu_value = docker_gpus_value(gpus)
+    if gpu_value is not None:
+        argv += ["--gpus", gpu_value]
+    if ipc:
+        argv.append(f"--ipc={ipc}")
+    if ipc != "host" and shm_size:
+        argv += ["--shm-size", shm_size]
+    if memlock is not None:
+        argv += ["--ulimit", f"memlock={memlock}"]
+    if stack is not None:
+        argv += ["--ulimit", f"stack={stack}"]
+    if profile:
+        argv += ["--cap-add", "SYS_ADMIN"]
+    if user:
+        argv += ["-u", user]
+    if network:
+        argv += ["--network", network]
+    if data_dir:
+        argv += ["--mount", _bind_mount("data_dir", data_dir, CONTAINER_DATA_DIR, readonly=True)]
+    if results_dir:
+        argv += ["--mount", _bind_mount("results_dir", results_dir, CONTAINER_RESULTS_DIR, readonly=False)]
+    for key, value in env.items():
+        argv += ["-e", f"{_require_key('environment variable', key)}={value}"]
+    argv.append(image)
+    argv += list(inner_argv)
+    return argv
+
+
+# ---------------------------------------------------------------------------------------------
+# Apptainer (HPC sites). Not installable on the development machines: these are tested only as
+# rendered commands and text.
+# ---------------------------------------------------------------------------------------------
+
+def build_apptainer_build_command(sif: str, image: str, apptainer: str = "apptainer") -> list[str]:
+    """Convert a local Docker image into a SIF file: `apptainer build SIF docker-daemon://IMAGE`.
+
+    `image` may instead be a definition file (`*.def`, see `render_apptainer_definition`), for
+    sites without Docker; it is then passed as is. docker-daemon:// needs an explicit tag, so
+    ":latest" is added to a bare image name.
+    """
+    _require_value("sif", sif)
+    _require_value("image", image)
+    if image.endswith(".def"):
+        source = image
+    else:
+        _require_image("image", image)
+        source = "docker-daemon://" + (image if _has_tag(image) else image + ":latest")
+    return [apptainer, "build", sif, source]
+
+
+def render_apptainer_definition(base_image: str, recipe: str) -> str:
+    """An Apptainer definition that does what `recipes/<recipe>/Dockerfile` does, from `base_image`.
+
+    Build it from the repository root (the %files paths are relative to it):
+        apptainer build RECIPE.sif RECIPE.def
+    Behind a TLS-intercepting proxy, add `--bind /etc/ssl/certs:/mnt` so pip finds the site bundle
+    at /mnt/ca-certificates.crt; like the Docker secret, it is then never part of the image.
+    """
+    _require_image("base_image", base_image)
+    _require_value("recipe", recipe)
+    if "/" in recipe or recipe.startswith("."):
+        raise ValueError(f"recipe {recipe!r} must be a folder name under recipes/, like 'mnist-cnn'")
+    base = base_image.removeprefix("docker://")
+    code = CONTAINER_WORKDIR
+    return f"""\
+Bootstrap: docker
+From: {base}
+
+%labels
+    org.opencontainers.image.title tf-recipes/{recipe}
+    org.opencontainers.image.base.name {base}
+    org.tf-recipes.recipe {recipe}
+
+%files
+    common {code}/common
+    recipes/{recipe} {code}/recipes/{recipe}
+
+%post
+    set -e
+    if [ -f /mnt/ca-certificates.crt ]; then export PIP_CERT=/mnt/ca-certificates.crt; fi
+    # Keep the installed TensorFlow's own pins (protobuf, numpy) while adding the recipe's needs.
+    tensorflow="$(python3 -c 'import importlib.metadata as m; d = m.packages_distributions()["tensorflow"][0]; print(f"{{d}}=={{m.version(d)}}")')"
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir \\
+        -r {code}/recipes/{recipe}/requirements.txt "$tensorflow"
+
+%environment
+    export PYTHONPATH={code}
+"""
+
+
+def build_apptainer_exec_command(sif: str, inner_argv: Sequence[str], *, gpus: GpuSelection,
+                                 env: Mapping[str, str], data_dir: str | None = None,
+                                 results_dir: str | None = None, apptainer: str = "apptainer") -> list[str]:
+    """`apptainer exec` with the same layout as `docker run`: code, /data (ro), /results.
+
+    `--cleanenv` keeps the host's environment (module systems, conda, another PYTHONPATH) out of the
+    container, as HPC sites expect; what the job needs goes in through `--env`. `--nv` only when
+    GPUs are asked for. Apptainer has no `--gpus`: a count N or a device list becomes
+    CUDA_VISIBLE_DEVICES (N means the first N, as `docker run --gpus N` does); "all" leaves it unset.
+    """
+    _require_value("sif", sif)
+    kind, value = _parse_gpus(gpus)
+    argv = [apptainer, "exec", "--cleanenv"]
+    if kind != "none":
+        argv.append("--nv")
+    if data_dir:
+        argv += ["--bind", f"{_host_path('data_dir', data_dir)}:{CONTAINER_DATA_DIR}:ro"]
+    if results_dir:
+        argv += ["--bind", f"{_host_path('results_dir', results_dir)}:{CONTAINER_RESULTS_DIR}"]
+    visible = {"count": lambda n: list(range(n)), "devices": list}.get(kind)
+    if visible is not None:
+        argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(str(d) for d in visible(value))]
+    for key, val in env.items():
+        argv += ["--env", f"{_require_key('environment variable', key)}={val}"]
+    argv += ["--pwd", CONTAINER_WORKDIR, sif]
+    argv += list(inner_argv)
+    return argv
+
+
+# ---------------------------------------------------------------------------------------------
+# checks shared by the builders
+# ---------------------------------------------------------------------------------------------
+
+def _parse_gpus(gpus: GpuSelection) -> tuple[str, object]:
+    """("none", None) | ("all", None) | ("count", N) | ("devices", [ids])."""
+    if isinstance(gpus, bool):
+        raise ValueError(f"gpus={gpus!r}: give 0, a count, 'all' or a list of device ids")
+    if isinstance(gpus, str):
+        text = gpus.strip()
+        if text == "all":
+            return "all", None
+        if text.isdigit():
+            return _parse_gpus(int(text))
+        if text and all(part.strip().isdigit() for part in text.split(",")):
+            return _parse_gpus([int(part) for part in text.split(",")])
+        raise ValueError(f"gpus={gpus!r}: give 0, a count, 'all' or device ids like '0,1'")
+    if isinstance(gpus, int):
+        if gpus < 0:
+            raise ValueError(f"gpus={gpus}: a GPU count cannot be negative; use 0 for CPU only")
+        return ("none", None) if gpus == 0 else ("count", gpus)
+    devices = list(gpus)
+    if not devices or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices):
+        raise ValueError(f"gpus={gpus!r}: a device list needs non-negative integer ids, like [0, 1]")
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"gpus={gpus!r}: a device id appears twice")
+    return "devices", devices
+
+
+def _bind_mount(what: str, host_path: str, target: str, *, readonly: bool) -> str:
+    spec = f"type=bind,source={_host_path(what, host_path)},target={target}"
+    return spec + ",readonly" if readonly else spec
+
+
+def _host_path(what: str, path: str) -> str:
+    if not posixpath.isabs(path):
+        raise ValueError(f"{what} {path!r} is relative; bind mounts need an absolute path (resolve it first)")
+    if "," in path or ":" in path:
+        raise ValueError(f"{what} {path!r} contains ',' or ':', which mount options cannot take; "
+                         "use a path (or a symlink) without them")
+    return path
+
+
+def _has_tag(image: str) -> bool:
+    last = image.rsplit("/", 1)[-1]
+    return ":" in last or "@" in last
+
+
+def _require_value(what: str, value: str) -> str:
+    if not value or not str(value).strip():
+        raise ValueError(f"{what} is empty; give a value")
+    return value
+
+
+def _require_image(what: str, image: str) -> str:
+    _require_value(what, image)
+    if any(c.isspace() for c in image) or image != image.strip():
+        raise ValueError(f"{what} {image!r} contains whitespace; image names cannot")
+    return image
+
+
+def _require_key(what: str, key: str) -> str:
+    if not key or "=" in key or any(c.isspace() for c in key):
+        raise ValueError(f"{what} name {key!r} must be non-empty, without '=' or whitespace")
+    return key

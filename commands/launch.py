@@ -1,0 +1,97 @@
+"""Launcher commands: which processes start a recipe's train.py under each launcher.
+
+The same argv runs on the host (`--runtime local`) and inside a container (docker, apptainer),
+always from the repository root (in the images: /workspace/tf-recipes).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
+HOROVOD_RUNNERS = ("horovodrun", "mpirun")
+
+
+class LaunchError(ValueError):
+    """A launch request that cannot work; the message names the value and the valid choices."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    replicas: int = 1
+
+
+def list_recipes(root: str) -> list[str]:
+    """Recipe folders: every recipes/NAME that has a train.py."""
+    folder = os.path.join(root, "recipes")
+    return sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, "train.py")))
+
+
+def check_choice(kind: str, value: str, choices) -> None:
+    if value not in choices:
+        raise LaunchError(f"unknown {kind} {value!r}; choose one of: {', '.join(choices)}")
+
+
+def parse_count(flag: str, text) -> int:
+    """A whole number >= 0 from the command line, or a LaunchError naming the flag."""
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise LaunchError(f"{flag} {text!r} is not a whole number") from None
+    if value < 0:
+        raise LaunchError(f"{flag} {value} must not be negative")
+    return value
+
+
+def count_replicas(launcher: str, gpus: int, cpu_replicas: int) -> int:
+    """Replicas in the job: one per GPU, or --cpu-replicas when there is no GPU."""
+    if gpus < 0:
+        raise LaunchError(f"--gpus {gpus} must be 0 (CPU only) or a number of GPUs")
+    if cpu_replicas < 1:
+        raise LaunchError(f"--cpu-replicas {cpu_replicas} must be at least 1")
+    if gpus and cpu_replicas != 1:
+        raise LaunchError(f"--cpu-replicas {cpu_replicas} applies only with --gpus 0; "
+                          f"with --gpus {gpus} there is one replica per GPU")
+    replicas = gpus or cpu_replicas
+    if launcher == "single" and replicas != 1:
+        raise LaunchError(f"--launcher single runs one replica, not {replicas}; use mirrored, "
+                          "multiworker or horovod for more")
+    return replicas
+
+
+def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int = 1,
+                 train_args: list[str] = (), horovod_runner: str = "horovodrun",
+                 python: str = "python", horovodrun: str = "horovodrun") -> LaunchPlan:
+    """The argv and environment that run `recipe` under `launcher` on one node."""
+    check_choice("launcher", launcher, LAUNCHERS)
+    check_choice("horovod runner", horovod_runner, HOROVOD_RUNNERS)
+    replicas = count_replicas(launcher, gpus, cpu_replicas)
+    train = [python, f"recipes/{recipe}/train.py", "--launcher", launcher, *train_args]
+    # No GPU asked for: hide any that exist, so that --gpus 0 means the same run everywhere.
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), "TF_CPP_MIN_LOG_LEVEL": "1"}
+
+    if launcher == "single":
+        argv = train
+    elif launcher == "mirrored":
+        argv = train + ([] if gpus else ["--cpu-replicas", str(replicas)])
+    elif launcher == "multiworker":
+        argv = [python, "-m", "common.spawn", "--nproc", str(replicas)]
+        argv += ["--gpus-per-worker", "1"] if gpus else []
+        argv += ["--", *train]
+    elif horovod_runner == "horovodrun":
+        argv = [horovodrun, "-np", str(replicas), "-H", f"localhost:{replicas}"]
+        argv += [] if gpus else ["--gloo"]  # CPU: Gloo needs no MPI install
+        argv += train
+    else:
+        argv = ["mpirun", "-np", str(replicas), "--bind-to", "none", "--map-by", "slot"]
+        for name in sorted(env) + ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"]:
+            argv += ["-x", name]  # mpirun passes only the variables it is told to
+        argv += train
+    return LaunchPlan(argv=argv, env=env, replicas=replicas)
+
+
+def run_dir_name(recipe: str, launcher: str, stamp: str) -> str:
+    """results/RECIPE/STAMP-LAUNCHER: one folder per run, sortable by time."""
+    return os.path.join("results", recipe, f"{stamp}-{launcher}")

@@ -1,0 +1,254 @@
+"""invoke tasks: build the recipe images and run the recipes, on this machine or in a container.
+
+    invoke run mnist-cnn --gpus 0 --cpu-replicas 2 --launcher multiworker -- --synthetic --max-steps 20
+    invoke run cityscapes-unet --gpus 8
+    invoke build mnist-cnn --base cpu
+    invoke images.bootstrap && invoke images.cpu
+
+Every command is built by a pure function in `commands/` and printed before it runs; `--dry` prints
+it and stops. Defaults live in the `tf_recipes` configuration below and can be overridden in
+invoke.yaml or with INVOKE_TF_RECIPES_* environment variables.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from invoke import Collection, Exit, task
+
+from commands import containers, launch
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+BASES = ("ngc", "cpu")
+RUNTIMES = ("auto", "local", "docker", "apptainer")
+DEFAULTS = {
+    "image_prefix": "tf-recipes",
+    "ngc_base": "nvcr.io/nvidia/tensorflow:25.02-tf2-py3",
+    "cpu_base": "tf-recipes/cpu-base:latest",
+    "debian_base": "tf-recipes/debian:bookworm",
+    "docker": "docker",
+    "apptainer": "apptainer",
+    "sif_dir": "build/sif",
+}
+
+
+def settings(c) -> dict:
+    return {**DEFAULTS, **c.config.get("tf_recipes", {})}
+
+
+def fail(message: str):
+    """A user mistake: one line on stderr and exit status 2, no traceback."""
+    raise Exit(f"error: {message}", code=2)
+
+
+def show(argv, env=None) -> None:
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    print(f"+ {prefix + ' ' if prefix else ''}{shlex.join(argv)}", flush=True)
+
+
+def execute(argv, env=None, dry=False) -> int:
+    """Print the command, then (unless dry) run it with the terminal attached and return its status."""
+    show(argv, env)
+    if dry:
+        return 0
+    try:
+        return subprocess.call(argv, cwd=ROOT, env={**os.environ, **(env or {})})
+    except FileNotFoundError:
+        fail(f"{argv[0]} is not installed or not on PATH")
+
+
+def check_recipe(recipe: str) -> None:
+    launch.check_choice("recipe", recipe, launch.list_recipes(ROOT))
+
+
+def docker_engine_answers(docker: str) -> bool:
+    if not shutil.which(docker):
+        return False
+    return subprocess.call([docker, "info"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+
+
+def local_horovodrun() -> str:
+    """The horovodrun installed next to this Python (the venv's), else whichever is on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    return beside if os.path.exists(beside) else "horovodrun"
+
+
+def image_tag(c, recipe: str, base: str) -> str:
+    return f"{settings(c)['image_prefix']}/{recipe}:{base}"
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def ca_bundle_from(explicit: str | None) -> str | None:
+    """The site CA bundle for pip in builds: --ca-bundle, else SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT."""
+    for candidate in (explicit, os.environ.get("SSL_CERT_FILE"), os.environ.get("REQUESTS_CA_BUNDLE"),
+                      os.environ.get("PIP_CERT")):
+        if candidate:
+            if not os.path.isfile(candidate):
+                fail(f"CA bundle {candidate} does not exist; pass --ca-bundle PATH or unset the variable")
+            return os.path.abspath(candidate)
+    return None
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+@task(
+    positional=["recipe"],
+    auto_shortflags=False,
+    help={
+        "recipe": "recipe folder name under recipes/",
+        "gpus": "GPUs to use; 0 runs on the CPU",
+        "cpu-replicas": "with --gpus 0: replicas on the CPU (processes or logical devices)",
+        "launcher": "single | mirrored | multiworker | horovod (default: single for 1 replica, else mirrored)",
+        "runtime": "local | docker | apptainer | auto (docker when an engine answers, else local)",
+        "horovod-runner": "horovodrun | mpirun: what starts the Horovod processes",
+        "base": "image variant to run: ngc | cpu (default: cpu with --gpus 0, else ngc)",
+        "image": "run this image instead of tf-recipes/RECIPE:BASE",
+        "data-dir": "dataset folder on this machine (mounted read-only at /data in containers)",
+        "results-dir": "where results.json and checkpoints go (default: results/RECIPE/TIME-LAUNCHER)",
+        "dry": "print the commands and environment, run nothing",
+    },
+)
+def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",
+        base=None, image=None, data_dir=None, results_dir=None, dry=False):
+    """Train RECIPE under a launcher; arguments after -- go to its train.py (see its --help)."""
+    try:
+        check_recipe(recipe)
+        launch.check_choice("runtime", runtime, RUNTIMES)
+        gpus, cpu_replicas = launch.parse_count("--gpus", gpus), launch.parse_count("--cpu-replicas", cpu_replicas)
+        launcher = launcher or ("single" if (gpus or cpu_replicas) == 1 else "mirrored")
+        train_args = shlex.split(c.remainder or "")
+        cfg = settings(c)
+        if runtime == "auto":
+            runtime = "docker" if docker_engine_answers(cfg["docker"]) else "local"
+            print(f"runtime: {runtime} ({'a Docker engine answers' if runtime == 'docker' else 'no Docker engine answers'})")
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        results_dir = os.path.abspath(results_dir or os.path.join(ROOT, launch.run_dir_name(recipe, launcher, stamp)))
+        if data_dir and not os.path.isdir(data_dir):
+            fail(f"--data-dir {data_dir} is not a folder")
+        data_dir = os.path.abspath(data_dir) if data_dir else None
+        inside = runtime != "local"
+        train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
+        if data_dir:
+            train_args += ["--data-dir", containers.CONTAINER_DATA_DIR if inside else data_dir]
+        plan = launch.build_launch(recipe, launcher, gpus=gpus, cpu_replicas=cpu_replicas,
+                                   train_args=train_args, horovod_runner=horovod_runner,
+                                   python=sys.executable if runtime == "local" else "python",
+                                   horovodrun=local_horovodrun() if runtime == "local" else "horovodrun")
+    except launch.LaunchError as error:
+        fail(str(error))
+
+    base = base or ("cpu" if gpus == 0 else "ngc")
+    env = dict(plan.env)
+    if runtime == "local":
+        argv = plan.argv
+        env["PYTHONPATH"] = ROOT
+    elif runtime == "docker":
+        image = image or image_tag(c, recipe, base)
+        if not dry and subprocess.call([cfg["docker"], "image", "inspect", image], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL) != 0:
+            fail(f"image {image} is not built; run `invoke build {recipe} --base {base}` first")
+        argv = containers.build_docker_run_command(
+            image, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
+            user=f"{os.getuid()}:{os.getgid()}", docker=cfg["docker"])
+        env = {}
+    else:
+        sif = image or os.path.join(cfg["sif_dir"], f"{recipe}_{base}.sif")
+        if gpus:
+            env.pop("CUDA_VISIBLE_DEVICES")  # apptainer exec sets it from --gpus
+        argv = containers.build_apptainer_exec_command(
+            sif, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
+            apptainer=cfg["apptainer"])
+        env = {}
+    if not dry:
+        os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's
+    code = execute(argv, env, dry)
+    if code:
+        raise Exit(f"{recipe} ({launcher}, {runtime}) failed with status {code}", code=code)
+    if not dry:
+        print(f"results: {os.path.join(results_dir, 'results.json')}")
+
+
+# -- build ----------------------------------------------------------------------------------------
+
+@task(
+    positional=["recipe"],
+    auto_shortflags=False,
+    help={
+        "recipe": "recipe folder name under recipes/",
+        "base": "ngc (NVIDIA's TensorFlow 25.02 image) | cpu (images/cpu, built locally)",
+        "runtime": "docker | apptainer (a .sif from the Docker image)",
+        "ca-bundle": "CA bundle for pip behind a TLS proxy (default: SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT)",
+        "dry": "print the commands, run nothing",
+    },
+)
+def build(c, recipe, base="ngc", runtime="docker", ca_bundle=None, dry=False):
+    """Build the image of RECIPE on the NGC or the CPU base image."""
+    try:
+        check_recipe(recipe)
+        launch.check_choice("base", base, BASES)
+        launch.check_choice("runtime", runtime, ("docker", "apptainer"))
+    except launch.LaunchError as error:
+        fail(str(error))
+    cfg = settings(c)
+    tag = image_tag(c, recipe, base)
+    if runtime == "apptainer":
+        sif = os.path.join(cfg["sif_dir"], f"{recipe}_{base}.sif")
+        if not dry:
+            os.makedirs(cfg["sif_dir"], exist_ok=True)
+        code = execute(containers.build_apptainer_build_command(sif, tag, apptainer=cfg["apptainer"]), dry=dry)
+    else:
+        base_image = cfg["ngc_base"] if base == "ngc" else cfg["cpu_base"]
+        argv, env = containers.build_docker_build_command(
+            f"recipes/{recipe}/Dockerfile", ".", tag,
+            build_args={"BASE_IMAGE": base_image, "GIT_REVISION": git_revision()},
+            labels={}, ca_bundle=ca_bundle_from(ca_bundle), docker=cfg["docker"])
+        code = execute(argv, env, dry)
+    if code:
+        raise Exit(f"building {tag} failed with status {code}", code=code)
+
+
+# -- images: base images --------------------------------------------------------------------------
+
+@task(help={"rootfs": "folder for the Debian root file system", "dry": "print the commands, run nothing"})
+def bootstrap(c, rootfs="build/debian-rootfs", dry=False):
+    """Make a Debian bookworm base image with debootstrap, for machines that reach no registry."""
+    cfg = settings(c)
+    if os.path.exists(rootfs) and not dry:
+        shutil.rmtree(rootfs)
+    for argv in containers.build_debian_base_commands(rootfs, rootfs + ".tar", cfg["debian_base"], docker=cfg["docker"]):
+        if execute(argv, dry=dry):
+            raise Exit(f"making {cfg['debian_base']} failed at: {shlex.join(argv)}", code=1)
+
+
+@task(help={"base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",
+            "ca-bundle": "CA bundle for pip behind a TLS proxy", "dry": "print the command, run nothing"})
+def cpu(c, base="debian", ca_bundle=None, dry=False):
+    """Build the CPU base image (TF 2.17.1, Keras >= 3.8, Horovod with Gloo and MPI)."""
+    cfg = settings(c)
+    try:
+        launch.check_choice("base", base, ("debian", "slim"))
+    except launch.LaunchError as error:
+        fail(str(error))
+    argv, env = containers.build_docker_build_command(
+        "images/cpu/Dockerfile", "images/cpu", cfg["cpu_base"],
+        build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None},
+        labels={"org.opencontainers.image.revision": git_revision()},
+        ca_bundle=ca_bundle_from(ca_bundle), docker=cfg["docker"])
+    if execute(argv, env, dry):
+        raise Exit(f"building {cfg['cpu_base']} failed", code=1)
+
+
+images = Collection("images", bootstrap, cpu)
+namespace = Collection(run, build, images)
+namespace.configure({"tf_recipes": DEFAULTS})

@@ -1,0 +1,75 @@
+"""Unit tests of the pure launcher command builders (nothing is run)."""
+import json
+
+import pytest
+
+from commands.launch import LaunchError, build_launch, parse_count
+from common.spawn import build_tf_config, worker_environments
+
+TRAIN = ["python", "recipes/mnist-cnn/train.py"]
+
+
+def test_single_runs_the_script_directly_on_the_cpu():
+    plan = build_launch("mnist-cnn", "single", train_args=["--max-steps", "5"])
+    assert plan.argv == TRAIN + ["--launcher", "single", "--max-steps", "5"]
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == ""
+    assert plan.replicas == 1
+
+
+def test_mirrored_on_cpu_asks_for_logical_devices_and_on_gpus_uses_them_all():
+    assert build_launch("mnist-cnn", "mirrored", cpu_replicas=2).argv[-2:] == ["--cpu-replicas", "2"]
+    plan = build_launch("mnist-cnn", "mirrored", gpus=8)
+    assert "--cpu-replicas" not in plan.argv
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert plan.replicas == 8
+
+
+def test_multiworker_spawns_one_process_per_replica():
+    plan = build_launch("mnist-cnn", "multiworker", cpu_replicas=3)
+    assert plan.argv[:6] == ["python", "-m", "common.spawn", "--nproc", "3", "--"]
+    assert plan.argv[6:] == TRAIN + ["--launcher", "multiworker"]
+    gpu_plan = build_launch("mnist-cnn", "multiworker", gpus=4)
+    assert gpu_plan.argv[3:7] == ["--nproc", "4", "--gpus-per-worker", "1"]
+
+
+def test_horovod_through_horovodrun_and_mpirun():
+    plan = build_launch("mnist-cnn", "horovod", cpu_replicas=2)
+    assert plan.argv[:6] == ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo"]
+    assert plan.argv[6:] == TRAIN + ["--launcher", "horovod"]
+    gpu = build_launch("mnist-cnn", "horovod", gpus=8)
+    assert "--gloo" not in gpu.argv and gpu.argv[1:3] == ["-np", "8"]
+    mpi = build_launch("mnist-cnn", "horovod", cpu_replicas=2, horovod_runner="mpirun")
+    assert mpi.argv[:3] == ["mpirun", "-np", "2"]
+    exported = {mpi.argv[i + 1] for i, arg in enumerate(mpi.argv) if arg == "-x"}
+    assert {"CUDA_VISIBLE_DEVICES", "PATH", "PYTHONPATH"} <= exported
+    assert mpi.argv[-2:] == ["--launcher", "horovod"]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(launcher="single", cpu_replicas=2), "single runs one replica"),
+    (dict(launcher="mirrored", gpus=2, cpu_replicas=2), "applies only with --gpus 0"),
+    (dict(launcher="tpu"), "unknown launcher 'tpu'; choose one of: single, mirrored"),
+    (dict(launcher="horovod", horovod_runner="srunx"), "unknown horovod runner 'srunx'"),
+    (dict(launcher="mirrored", gpus=-1), "--gpus -1"),
+])
+def test_impossible_requests_name_the_value(kwargs, message):
+    launcher = kwargs.pop("launcher")
+    with pytest.raises(LaunchError, match=message.replace("(", r"\(")):
+        build_launch("mnist-cnn", launcher, **kwargs)
+
+
+def test_parse_count():
+    assert parse_count("--gpus", "8") == 8
+    with pytest.raises(LaunchError, match="'eight' is not a whole number"):
+        parse_count("--gpus", "eight")
+
+
+def test_tf_config_gives_each_worker_its_index_and_the_whole_cluster():
+    envs = worker_environments(2, [1111, 2222])
+    configs = [json.loads(env["TF_CONFIG"]) for env in envs]
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}]
+    assert all(c["cluster"] == {"worker": ["localhost:1111", "localhost:2222"]} for c in configs)
+    assert "CUDA_VISIBLE_DEVICES" not in envs[0]
+    gpu_envs = worker_environments(2, [1, 2], gpus_per_worker=2)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in gpu_envs] == ["0,1", "2,3"]
+    assert json.loads(build_tf_config(["h:1"], 0))["task"]["index"] == 0
