@@ -9,6 +9,8 @@ Only integers are shuffled and sharded; decoding happens afterwards, on this pip
 """
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +18,21 @@ import numpy as np
 
 class DataError(ValueError):
     """Bad or missing data, with a message that says what to do."""
+
+
+def can_download(host: str, timeout_s: float = 5.0) -> bool:
+    """Whether `host` answers on 443 within a few seconds (or a proxy is configured).
+
+    Dataset downloaders retry for minutes when there is no network; asking first turns that wait
+    into an immediate, clear error on offline clusters.
+    """
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -59,16 +59,17 @@ def test_launcher_trains_and_writes_results(acceptance_runs, launcher):
 # -- parity -----------------------------------------------------------------------------------------
 # Same seed, same global batch (64), same data order, 20 steps, dropout off (dropout masks are drawn
 # per replica, so with dropout no split run can repeat a single-device run step for step).
-# Both optimizers: Adam divides out the gradient's scale, so only SGD would notice an all-reduce
-# that summed where it should average (or averaged over the wrong count).
+# Two optimizers: Adam divides out the gradient's scale, so only SGD notices an all-reduce that
+# summed where it should average; Adam's per-variable slots are what the recipes train with.
 #
 # Tolerance: the replicas compute the same mathematics as the single device, but float32 sums run
 # in a different order (two half-batch sums added, instead of one full-batch sum). That changes the
-# last bits, ~1e-7 relative per step, and Adam's update direction amplifies it a little over 20
-# steps. rtol 1e-3 on the losses and atol 1e-3 on the weights (which are O(0.1)) leave room for that
-# rounding. A launcher that did not average the gradients (each replica stepping on its own half),
-# averaged over the wrong count, or fed both replicas the same data, moves the loss by far more.
+# last bits, ~1e-7 relative per step, and training amplifies it a little over 20 steps. rtol 1e-3
+# on the losses and atol 1e-3 on the weights (which are O(0.1)) leave room for that rounding.
+# The negative controls below prove that this tolerance catches real mistakes: a replica that
+# stepped on its own half batch only, and (SGD) gradients summed instead of averaged (= 2x the rate).
 PARITY_ARGS = ["--synthetic", "--max-steps", "20", "--no-dropout", "--log-every", "1", "--warmup-steps", "0"]
+OPTIMIZERS = {"sgd": ["--optimizer", "sgd", "--lr", "0.01"], "adam": ["--optimizer", "adam", "--lr", "0.001"]}
 LOSS_RTOL = 1e-3
 WEIGHT_ATOL = 1e-3
 
@@ -80,11 +81,26 @@ def load_weights(results_dir):
     return dict(arrays)
 
 
-@pytest.fixture(scope="module", params=["sgd", "adam"])
+def losses(results_dir):
+    return np.array([entry["loss"] for entry in read_results(results_dir)["losses"]])
+
+
+def within_parity(run, reference) -> bool:
+    weights, expected = load_weights(run), load_weights(reference)
+    return (np.allclose(losses(run), losses(reference), rtol=LOSS_RTOL, atol=0)
+            and all(np.allclose(weights[k], expected[k], rtol=0, atol=WEIGHT_ATOL) for k in expected))
+
+
+@pytest.fixture(scope="module", params=sorted(OPTIMIZERS))
 def parity_runs(tmp_path_factory, request):
-    optimizer = ["--optimizer", request.param] + (["--lr", "0.05"] if request.param == "sgd" else [])
+    optimizer = OPTIMIZERS[request.param]
     tmp = tmp_path_factory.mktemp(f"parity-{request.param}")
-    runs = {"single": invoke_local(tmp, "single", 1, "--batch-size", "64", *PARITY_ARGS, *optimizer)}
+    runs = {"single": invoke_local(tmp, "single", 1, "--batch-size", "64", *PARITY_ARGS, *optimizer),
+            # Negative control: what one replica would train on if the all-reduce did nothing.
+            "own-half-only": invoke_local(tmp / "control", "single", 1, "--batch-size", "32", *PARITY_ARGS, *optimizer)}
+    if request.param == "sgd":  # negative control: gradients summed over 2 replicas, not averaged
+        rate = str(2 * float(optimizer[-1]))
+        runs["summed"] = invoke_local(tmp / "summed", "single", 1, "--batch-size", "64", *PARITY_ARGS, *optimizer, "--lr", rate)
     for launcher in MULTI:
         if launcher == "horovod":
             request.getfixturevalue("require_horovod")
@@ -96,13 +112,10 @@ def parity_runs(tmp_path_factory, request):
 
 @pytest.mark.parametrize("launcher", MULTI)
 def test_two_replicas_follow_the_single_device_loss_curve(parity_runs, launcher):
-    single = read_results(parity_runs["single"])
-    split = read_results(parity_runs[launcher])
-    assert single["global_batch"] == split["global_batch"] == 64
-    single_losses = [entry["loss"] for entry in single["losses"]]
-    split_losses = [entry["loss"] for entry in split["losses"]]
-    assert len(single_losses) == len(split_losses) == 20
-    np.testing.assert_allclose(split_losses, single_losses, rtol=LOSS_RTOL)
+    single, split = parity_runs["single"], parity_runs[launcher]
+    assert read_results(single)["global_batch"] == read_results(split)["global_batch"] == 64
+    assert len(losses(single)) == len(losses(split)) == 20
+    np.testing.assert_allclose(losses(split), losses(single), rtol=LOSS_RTOL)
 
 
 @pytest.mark.parametrize("launcher", MULTI)
@@ -111,12 +124,10 @@ def test_two_replicas_end_with_the_single_device_weights(parity_runs, launcher):
     split = load_weights(parity_runs[launcher])
     assert single.keys() == split.keys() and single
     for name in single:
-        np.testing.assert_allclose(split[name], single[name], atol=WEIGHT_ATOL, err_msg=name)
+        np.testing.assert_allclose(split[name], single[name], rtol=0, atol=WEIGHT_ATOL, err_msg=name)
 
 
-def test_the_parity_check_can_fail(parity_runs):
-    """Guard against a parity test that cannot fail: 20 steps must move the weights far more than
-    the tolerance, so a launcher that trained differently (or not at all) would be caught."""
-    single = read_results(parity_runs["single"])
-    losses = [entry["loss"] for entry in single["losses"]]
-    assert abs(losses[-1] - losses[0]) > 100 * LOSS_RTOL * losses[0]
+def test_the_tolerance_catches_a_launcher_that_trains_a_different_model(parity_runs):
+    for control in ("own-half-only", "summed"):
+        if control in parity_runs:
+            assert not within_parity(parity_runs[control], parity_runs["single"]), control

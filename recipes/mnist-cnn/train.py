@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from common import cli, training  # noqa: E402
-from common.data import DataError, sharded_order  # noqa: E402
+from common.data import DataError, can_download, sharded_order  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
 
 RECIPE = "mnist-cnn"
@@ -48,14 +48,17 @@ def load_tfds(data_dir):
     import tensorflow_datasets as tfds
 
     builder = tfds.builder("mnist", data_dir=data_dir)
+    missing = (f"MNIST is not in {builder.data_dir} and {{}}. Copy the Keras mnist.npz "
+               "(https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz) into a folder and "
+               "pass --data-dir FOLDER, prepare TFDS mnist on a machine with internet and pass its "
+               "data dir, or use --synthetic")
+    host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")  # tests point it nowhere
+    if not os.path.isdir(builder.data_dir) and not can_download(host):
+        raise DataError(missing.format(f"{host} cannot be reached to download it"))
     try:
         builder.download_and_prepare()
-    except Exception as error:  # offline: DNS failure, proxy refusal, partial download
-        raise DataError(
-            f"MNIST is not in {builder.data_dir} and could not be downloaded ({type(error).__name__}). "
-            "Copy the Keras mnist.npz (https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz) "
-            "into a folder and pass --data-dir FOLDER, prepare TFDS mnist on a machine with internet "
-            "and pass its data dir, or use --synthetic") from None
+    except Exception as error:  # network or proxy failure halfway, a corrupt partial download
+        raise DataError(missing.format(f"the download failed ({type(error).__name__}: {error})")) from None
     arrays = {}
     for split in ("train", "test"):
         images, labels = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, as_supervised=True))

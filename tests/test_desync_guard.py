@@ -1,0 +1,28 @@
+"""The desync guard: a run whose replicas end with different weights must fail, loudly, and write
+no results. One replica's weights are perturbed on purpose (--fault-desync-replica) after training."""
+import pytest
+
+from common.results import DesyncError, check_in_sync
+from conftest import run_invoke
+
+pytestmark = pytest.mark.slow
+
+
+def test_check_in_sync_names_every_replica():
+    check_in_sync(["ab", "ab", "ab"])
+    with pytest.raises(DesyncError, match="replica 0: ab, replica 1: ab, replica 2: cd"):
+        check_in_sync(["ab", "ab", "cd"])
+
+
+@pytest.mark.parametrize("launcher", ["mirrored", "multiworker", "horovod"])
+def test_a_perturbed_replica_fails_the_run(tmp_path, launcher, request):
+    if launcher == "horovod":
+        request.getfixturevalue("require_horovod")
+    process = run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher, "--cpu-replicas", "2",
+                         "--runtime", "local", "--results-dir", str(tmp_path), "--",
+                         "--synthetic", "--max-steps", "3", "--fault-desync-replica", "1")
+    assert process.returncode != 0
+    output = process.stdout + process.stderr
+    assert "replicas finished with different weights" in output
+    assert "Traceback" not in output
+    assert not (tmp_path / "results.json").exists()

@@ -1,0 +1,83 @@
+"""mnist-cnn's data paths: the Keras mnist.npz for offline clusters, TFDS, clear errors, and the
+accuracy bar on the real dataset when it is present."""
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from conftest import assert_ok, read_results, run_python
+
+TRAIN = "recipes/mnist-cnn/train.py"
+
+
+def write_npz(path, train=512, test=200, arrays=("x_train", "y_train", "x_test", "y_test")):
+    rng = np.random.default_rng(0)
+    data = {"x_train": rng.integers(0, 256, (train, 28, 28), dtype=np.uint8),
+            "y_train": rng.integers(0, 10, train).astype(np.uint8),
+            "x_test": rng.integers(0, 256, (test, 28, 28), dtype=np.uint8),
+            "y_test": rng.integers(0, 10, test).astype(np.uint8)}
+    np.savez(path, **{k: v for k, v in data.items() if k in arrays})
+
+
+def test_data_dir_with_the_keras_npz_trains_and_evaluates_on_its_test_split(tmp_path):
+    write_npz(tmp_path / "mnist.npz")
+    process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "3", "--batch-size", "64",
+                         "--results-dir", str(tmp_path / "out"))
+    assert_ok(process)
+    results = read_results(tmp_path / "out")
+    assert results["data"] == "mnist"
+    assert results["steps_per_epoch"] == 512 // 64
+    assert results["final_metrics"]["test"]["examples"] == 200
+
+
+def test_an_npz_without_the_expected_arrays_is_named(tmp_path):
+    write_npz(tmp_path / "mnist.npz", arrays=("x_train", "y_train"))
+    process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1", "--results-dir", str(tmp_path / "out"))
+    assert process.returncode == 2
+    assert "mnist.npz lacks arrays ['x_test', 'y_test']" in process.stderr
+    assert "Traceback" not in process.stderr
+
+
+def test_no_data_and_no_network_says_how_to_provide_it(tmp_path):
+    # An empty TFDS data dir and a host that cannot be reached: the message, not a long retry loop.
+    process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1",
+                         "--results-dir", str(tmp_path / "out"), timeout=120,
+                         env={"TF_RECIPES_DOWNLOAD_HOST": "unreachable.invalid"})
+    assert process.returncode == 2, process.stderr[-2000:]
+    assert "mnist.npz" in process.stderr and "--synthetic" in process.stderr
+    assert "Traceback" not in process.stderr
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_missing_data_dir_is_named(tmp_path):
+    process = run_python(TRAIN, "--data-dir", str(tmp_path / "nope"), "--max-steps", "1")
+    assert process.returncode == 2 and f"--data-dir {tmp_path / 'nope'} does not exist" in process.stderr
+
+
+def test_bad_numbers_get_one_line_errors():
+    process = run_python(TRAIN, "--batch-size", "0")
+    assert process.returncode == 2 and "--batch-size: 0 must be at least 1" in process.stderr
+    process = run_python(TRAIN, "--synthetic", "--batch-size", "20000", "--max-steps", "1")
+    assert process.returncode == 2 and "lower --batch-size" in process.stderr
+    assert "Traceback" not in process.stderr
+
+
+def find_real_mnist():
+    candidates = [os.environ.get("TF_RECIPES_MNIST_DIR", ""), "data/mnist", os.path.expanduser("~/.keras/datasets")]
+    for folder in candidates:
+        if folder and (pathlib.Path(folder) / "mnist.npz").is_file():
+            return os.path.abspath(folder)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_real_mnist() is None,
+                    reason="real MNIST absent: put the Keras mnist.npz in data/mnist/ or set TF_RECIPES_MNIST_DIR "
+                           "(no dataset downloads are possible on the CI machines)")
+def test_two_epochs_on_real_mnist_reach_98_percent(tmp_path):
+    process = run_python(TRAIN, "--data-dir", find_real_mnist(), "--epochs", "2", "--log-every", "100",
+                         "--results-dir", str(tmp_path), timeout=1800)
+    assert_ok(process)
+    accuracy = read_results(tmp_path)["final_metrics"]["test"]["accuracy"]
+    assert accuracy >= 0.98, accuracy
