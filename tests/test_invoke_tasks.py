@@ -1,0 +1,39 @@
+"""invoke tasks as a user meets them: help text, --dry, one-line errors for bad input."""
+import pytest
+
+from conftest import run_invoke
+
+
+def test_tasks_are_listed_with_help():
+    listing = run_invoke("--list")
+    assert listing.returncode == 0
+    for name in ("run", "build", "images.bootstrap", "images.cpu"):
+        assert name in listing.stdout
+    helptext = run_invoke("--help", "run")
+    assert "--cpu-replicas" in helptext.stdout and "--dry" in helptext.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "mnist"], "unknown recipe 'mnist'; choose one of: "),
+    (["run", "mnist-cnn", "--launcher", "deepspeed"], "unknown launcher 'deepspeed'"),
+    (["run", "mnist-cnn", "--gpus", "two"], "--gpus 'two' is not a whole number"),
+    (["run", "mnist-cnn", "--gpus", "2", "--cpu-replicas", "4"], "applies only with --gpus 0"),
+    (["run", "mnist-cnn", "--runtime", "podman"], "unknown runtime 'podman'"),
+    (["build", "mnist-cnn", "--base", "rocm"], "unknown base 'rocm'; choose one of: ngc, cpu"),
+    (["run", "mnist-cnn", "--data-dir", "/nonexistent/data"], "--data-dir /nonexistent/data is not a folder"),
+])
+def test_bad_input_gets_one_line_naming_the_value(args, message):
+    process = run_invoke(*args, "--dry", "--runtime", "local") if args[0] == "run" and "--runtime" not in args \
+        else run_invoke(*args, "--dry")
+    assert process.returncode == 2
+    assert message in process.stderr
+    assert "Traceback" not in process.stderr
+
+
+def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
+    results = tmp_path / "never"
+    process = run_invoke("run", "mnist-cnn", "--gpus", "0", "--cpu-replicas", "2", "--launcher", "multiworker",
+                         "--runtime", "local", "--results-dir", str(results), "--dry", "--", "--max-steps", "3")
+    assert process.returncode == 0
+    assert "common.spawn --nproc 2" in process.stdout and "--max-steps 3" in process.stdout
+    assert not results.exists()
