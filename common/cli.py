@@ -20,8 +20,24 @@ def positive_int(text: str) -> int:
 
 
 def non_negative_int(text: str) -> int:
-    value = positive_int(text) if text.strip() != "0" else 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
     return value
+
+
+def step_window(text: str) -> tuple[int, int]:
+    """--profile START:END, 0 <= START < END."""
+    try:
+        start, end = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not START:END, e.g. 10:20") from None
+    if not 0 <= start < end:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= START < END")
+    return start, end
 
 
 def positive_float(text: str) -> float:
@@ -73,6 +89,8 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     out.add_argument("--log-every", type=positive_int, default=10, help="print progress every N steps")
     out.add_argument("--warmup-steps", type=non_negative_int, default=5,
                      help="first steps left out of the throughput figures (tracing, autotuning)")
+    out.add_argument("--profile", type=step_window, default=None, metavar="START:END",
+                     help="write a TensorBoard profiler trace of steps START+1..END to RESULTS/profile")
     out.add_argument("--fault-desync-replica", type=int, default=None, metavar="R",
                      help="testing only: perturb replica R's weights before the final check, "
                           "to see the desync guard stop the run")

@@ -91,6 +91,7 @@ class Trainer:
     log_every: int = 10
     warmup_steps: int = 5  # steps left out of the throughput figures
     xla: bool = False
+    profile_steps: tuple[int, int] | None = None  # TensorBoard profiler trace of steps START..END
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -169,6 +170,18 @@ class Trainer:
         if not self.launcher.is_chief:
             shutil.rmtree(directory, ignore_errors=True)
 
+    def _profile(self, step: int, before: bool) -> None:
+        """TensorBoard profiler trace of steps START+1..END (--profile START:END), chief only."""
+        start, end = self.profile_steps
+        if not self.launcher.is_chief:
+            return
+        folder = os.path.join(self.results_dir, "profile")
+        if before and step == start + 1:
+            tf.profiler.experimental.start(folder)
+        elif not before and (step == end or (step == self.total_steps and start < step < end)):
+            tf.profiler.experimental.stop()
+            log(self.launcher, f"profiler trace of steps {start + 1}..{step}: tensorboard --logdir {folder}")
+
     def fit(self, dataset, task: Task, fault_desync_replica: int | None = None) -> None:
         """Train from `start_step` to `total_steps`, then check that every replica agrees."""
         launcher = self.launcher
@@ -182,10 +195,12 @@ class Trainer:
         iterator = iter(dataset)
         last = time.perf_counter()
         for step in range(self.start_step + 1, self.total_steps + 1):
-            outputs = {k: float(v.numpy()) for k, v in train_step(next(iterator)).items()}
+            if self.profile_steps:
+                self._profile(step, before=True)
+            outputs = {k: np.asarray(v.numpy(), np.float64) for k, v in train_step(next(iterator)).items()}
             now = time.perf_counter()
             self.step_times.append(now - last)
-            loss = outputs.pop("loss")
+            loss = float(outputs.pop("loss"))
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss} at step {step}; lower --lr or check the data")
             for key, value in outputs.items():
@@ -194,10 +209,12 @@ class Trainer:
                 metrics = task.summarize(outputs)
                 self.history.append({"step": step, "loss": loss, **metrics})
                 rate = self.global_batch / np.median(self.step_times[-self.log_every:])
-                shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+                shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
                 log(launcher, f"step {step:>6}/{self.total_steps}  epoch {(step - 1) // self.steps_per_epoch + 1}"
                               f"  loss {loss:.4f}  {shown}  {rate:,.0f} img/s")
             self.step.assign(step)
+            if self.profile_steps:
+                self._profile(step, before=False)
             if step % checkpoint_every == 0 or step == self.total_steps:
                 self._save_checkpoint()
             last = time.perf_counter()  # checkpoint and logging time is not step time

@@ -3,7 +3,7 @@ no results. One replica's weights are perturbed on purpose (--fault-desync-repli
 import pytest
 
 from common.results import DesyncError, check_in_sync
-from conftest import run_invoke
+from helpers import run_invoke
 
 pytestmark = pytest.mark.slow
 

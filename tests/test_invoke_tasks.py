@@ -1,7 +1,7 @@
 """invoke tasks as a user meets them: help text, --dry, one-line errors for bad input."""
 import pytest
 
-from conftest import run_invoke
+from helpers import run_invoke
 
 
 def test_tasks_are_listed_with_help():

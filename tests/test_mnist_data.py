@@ -6,7 +6,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import assert_ok, read_results, run_python
+from helpers import assert_ok, read_results, run_python
 
 TRAIN = "recipes/mnist-cnn/train.py"
 

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import RESULT_FIELDS, assert_ok, read_results, run_invoke
+from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke
 
 pytestmark = pytest.mark.slow
 MULTI = ["mirrored", "multiworker", "horovod"]

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from conftest import REPO, run_invoke
+from helpers import REPO, run_invoke
 
 READMES = [REPO / "README.md", *sorted((REPO / "recipes").glob("*/README.md"))]
 

@@ -3,7 +3,7 @@ weights as a run that went to step 20 in one go (same data order, restored optim
 import numpy as np
 import pytest
 
-from conftest import assert_ok, run_python
+from helpers import assert_ok, run_python
 from test_mnist_launchers import load_weights
 
 pytestmark = pytest.mark.slow

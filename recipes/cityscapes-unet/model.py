@@ -1,0 +1,71 @@
+"""The UNet, its loss (cross-entropy + Dice) and its metric (mean IoU over the 8 categories)."""
+import keras
+import tensorflow as tf
+
+from labels import NUM_CATEGORIES
+
+
+def conv_block(x, filters, batch_norm, dropout, name):
+    for i in (1, 2):
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=not batch_norm, name=f"{name}_conv{i}")(x)
+        if batch_norm:
+            x = keras.layers.BatchNormalization(name=f"{name}_bn{i}")(x)
+        x = keras.layers.Activation("relu", name=f"{name}_relu{i}")(x)
+    if dropout:
+        x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
+    return x
+
+
+def build_unet(filters=32, depth=4, dropout=0.0, batch_norm=True, num_classes=NUM_CATEGORIES):
+    """Encoder of `depth` conv blocks with max-pooling, a bottleneck, and an up-sampling decoder that
+    concatenates the encoder's features at each level. Any input size divisible by 2**depth works,
+    so the model trains on crops and evaluates on whole images."""
+    inputs = keras.Input((None, None, 3), name="image")
+    x, skips = inputs, []
+    for level in range(depth):
+        x = conv_block(x, filters * 2 ** level, batch_norm, dropout, f"down{level}")
+        skips.append(x)
+        x = keras.layers.MaxPooling2D(2, name=f"pool{level}")(x)
+    x = conv_block(x, filters * 2 ** depth, batch_norm, dropout, "bottleneck")
+    for level in reversed(range(depth)):
+        x = keras.layers.UpSampling2D(2, name=f"up{level}")(x)
+        x = keras.layers.Concatenate(name=f"skip{level}")([x, skips[level]])
+        x = conv_block(x, filters * 2 ** level, batch_norm, dropout, f"dec{level}")
+    # The softmax head stays float32 under --amp: the loss needs the precision.
+    outputs = keras.layers.Conv2D(num_classes, 1, activation="softmax", dtype="float32", name="categories")(x)
+    return keras.Model(inputs, outputs, name=f"unet_f{filters}_d{depth}")
+
+
+def cross_entropy_dice(y_true, y_pred, smooth=1.0):
+    """Per-example loss: mean pixel cross-entropy + (1 - mean soft Dice over the categories).
+
+    Cross-entropy alone is dominated by the large categories (flat, construction, sky); the Dice
+    term weighs every category present in the image equally, so small ones (human, object) count.
+    """
+    cross_entropy = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred), axis=[1, 2])
+    one_hot = tf.one_hot(y_true, y_pred.shape[-1], dtype=y_pred.dtype)
+    intersection = tf.reduce_sum(one_hot * y_pred, axis=[1, 2])
+    total = tf.reduce_sum(one_hot + y_pred, axis=[1, 2])
+    dice = tf.reduce_mean((2.0 * intersection + smooth) / (total + smooth), axis=-1)
+    return cross_entropy + (1.0 - dice)
+
+
+def iou_sums(y_true, y_pred):
+    """Per-category intersection and union pixel counts, summed over the batch (they add up across
+    replicas and batches; the IoU itself does not)."""
+    predicted = tf.cast(tf.argmax(y_pred, axis=-1), tf.int32)
+    classes = tf.range(NUM_CATEGORIES)
+    truth = tf.equal(y_true[..., None], classes)
+    guess = tf.equal(predicted[..., None], classes)
+    axes = [0, 1, 2]
+    return {"intersection": tf.reduce_sum(tf.cast(truth & guess, tf.float32), axis=axes),
+            "union": tf.reduce_sum(tf.cast(truth | guess, tf.float32), axis=axes)}
+
+
+def mean_iou(sums) -> dict:
+    """Mean IoU over the categories that occur (in truth or prediction), and per-category IoU."""
+    intersection, union = sums["intersection"], sums["union"]
+    present = union > 0
+    per_category = [float(i / u) if u > 0 else None for i, u in zip(intersection, union)]
+    return {"mean_iou": float((intersection[present] / union[present]).mean()) if present.any() else 0.0,
+            "iou_per_category": per_category}

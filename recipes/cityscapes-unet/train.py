@@ -1,0 +1,190 @@
+"""Cityscapes UNet: full-resolution (1024x2048) semantic segmentation into the 8 Cityscapes categories.
+
+Trains a UNet on the Cityscapes `train` split prepared by `prepare_data.py` (label ids mapped to the
+8 official categories: void, flat, construction, object, nature, sky, human, vehicle), evaluates mean
+IoU on `val`, and can write colour PNGs of its predictions. The same script runs under every launcher:
+
+    python recipes/cityscapes-unet/train.py --data-dir data/cityscapes
+    python recipes/cityscapes-unet/train.py --launcher mirrored --data-dir data/cityscapes   # all local GPUs
+    horovodrun -np 8 -H localhost:8 python recipes/cityscapes-unet/train.py --launcher horovod --amp ...
+
+or `invoke run cityscapes-unet --gpus 8 --data-dir data/cityscapes`.
+
+`--preset full` (default) trains on whole 1024x2048 images, 4 per replica; `--preset cpu` and
+`--preset tiny` are smaller models on crops for CPU runs and tests. `--benchmark` trains on generated
+full-size tensors for a fixed number of steps, so that it measures compute without the input pipeline.
+"""
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", ".."), HERE]
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import data  # noqa: E402
+from common import cli, training  # noqa: E402
+from common.data import DataError  # noqa: E402
+from common.launchers import create_launcher  # noqa: E402
+from labels import NUM_CATEGORIES  # noqa: E402
+from model import build_unet, cross_entropy_dice, iou_sums, mean_iou  # noqa: E402
+
+RECIPE = "cityscapes-unet"
+
+# Model size and training crop per preset; flags override any of them.
+PRESETS = {
+    "full": dict(crop=None, filters=32, depth=4, batch_size=4),  # whole 1024x2048 images
+    "cpu": dict(crop=(256, 512), filters=16, depth=4, batch_size=2),
+    "tiny": dict(crop=(64, 128), filters=8, depth=2, batch_size=2),
+}
+FULL_SIZE = (1024, 2048)
+# Cityscapes' own colours for void, flat, construction, object, nature, sky, human, vehicle.
+CATEGORY_COLOURS = [(0, 0, 0), (128, 64, 128), (70, 70, 70), (153, 153, 153), (107, 142, 35),
+                    (70, 130, 180), (220, 20, 60), (0, 0, 142)]
+
+TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou)
+
+
+def size(text):
+    try:
+        height, width = (int(side) for side in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HEIGHTxWIDTH, e.g. 512x1024") from None
+    return height, width
+
+
+def scale_range(text):
+    try:
+        low, high = (float(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX, e.g. 0.75:1.25") from None
+    return low, high
+
+
+def parse_args():
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=50, lr=1e-3)
+    model = parser.add_argument_group("cityscapes-unet")
+    model.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    model.add_argument("--filters", type=cli.positive_int, help="filters of the first level (doubles per level)")
+    model.add_argument("--depth", type=cli.positive_int, help="down-sampling levels")
+    model.add_argument("--dropout", type=float, default=0.0, help="dropout after every conv block")
+    model.add_argument("--batch-norm", action=argparse.BooleanOptionalAction, default=True)
+    model.add_argument("--crop", type=size, help="training crop HEIGHTxWIDTH (default: the preset's)")
+    model.add_argument("--scale", type=scale_range, default=(0.75, 1.25), help="random zoom range MIN:MAX")
+    model.add_argument("--no-augment", action="store_true", help="no zoom, crop position or flip augmentation")
+    model.add_argument("--cache", action="store_true", help="keep decoded training images in memory")
+    model.add_argument("--shard-late", action="store_true",
+                       help="decode everything, then shard (the slow variant, for comparison)")
+    model.add_argument("--eval-size", type=size, help="resize val images to HEIGHTxWIDTH (default: as prepared)")
+    model.add_argument("--eval-batch-size", type=cli.positive_int, default=2)
+    model.add_argument("--predict-dir", help="write colour PNGs of the predictions for val images here")
+    model.add_argument("--predict-count", type=cli.positive_int, default=8)
+    model.add_argument("--benchmark", action="store_true",
+                       help="generated full-size tensors, --max-steps (default 20) after --warmup-steps; no eval")
+    args = parser.parse_args()
+    preset = PRESETS[args.preset]
+    args.filters = args.filters or preset["filters"]
+    args.depth = args.depth or preset["depth"]
+    args.batch_size = args.batch_size or preset["batch_size"]
+    args.crop = args.crop or preset["crop"]
+    if args.benchmark:
+        args.max_steps = args.max_steps or 20
+    multiple = 2 ** args.depth
+    for flag, value in (("--crop", args.crop), ("--eval-size", args.eval_size)):
+        if value and (value[0] % multiple or value[1] % multiple):
+            parser.error(f"{flag} {value[0]}x{value[1]}: both sides must be multiples of {multiple} (2**depth)")
+    return args
+
+
+# ## Data
+# Prepared PNGs, sharded by file before any read (data.py); --benchmark feeds one generated batch
+# over and over, so that the step time is compute only.
+
+def synthetic_dataset(shard, height, width, steps, seed):
+    rng = np.random.default_rng(seed + shard.pipeline_id)
+    images = rng.random((shard.per_replica_batch, height, width, 3), dtype=np.float32)
+    labels = rng.integers(0, NUM_CATEGORIES, (shard.per_replica_batch, height, width), dtype=np.int32)
+    local_replicas = shard.global_batch // shard.num_pipelines // shard.per_replica_batch
+    return tf.data.Dataset.from_tensors((images, labels)).repeat(steps * local_replicas)
+
+
+def write_predictions(model, data_dir, folder, count, eval_size):
+    """Colour PNGs (Cityscapes category colours) of image | prediction | truth for `count` val images."""
+    os.makedirs(folder, exist_ok=True)
+    palette = tf.constant(CATEGORY_COLOURS, tf.uint8)
+    written = 0
+    for images, labels in data.make_eval_dataset(data_dir, "val", batch_size=1, size=eval_size).take(count):
+        predicted = tf.argmax(model(images, training=False), axis=-1)
+        row = tf.concat([tf.cast(images[0] * 255, tf.uint8), tf.gather(palette, predicted[0]),
+                         tf.gather(palette, labels[0])], axis=1)
+        tf.io.write_file(os.path.join(folder, f"val_{written:04d}.png"), tf.io.encode_png(row))
+        written += 1
+    return written
+
+
+def main():
+    args = parse_args()
+    results_dir = args.results_dir or os.path.join("results", RECIPE)
+
+    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective)
+    keras.utils.set_random_seed(args.seed)
+    precision = training.configure_precision(args.amp)
+
+    synthetic = args.benchmark or args.synthetic
+    if synthetic:
+        height, width = args.crop or FULL_SIZE
+        steps = args.max_steps or 20
+        num_examples = steps * args.batch_size * launcher.num_replicas
+    else:
+        if not args.data_dir:
+            raise DataError("--data-dir is required: the folder written by "
+                            "`python recipes/cityscapes-unet/prepare_data.py --source CITYSCAPES --out DIR` "
+                            "(or use --benchmark for generated data)")
+        num_examples = data.num_examples(args.data_dir, "train")
+
+    trainer = training.Trainer(
+        launcher, RECIPE, num_examples=num_examples, per_replica_batch=args.batch_size,
+        epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile)
+
+    with launcher.scope():
+        model = build_unet(args.filters, args.depth, args.dropout, args.batch_norm)
+        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
+        optimizer = keras.optimizers.Adam(rate)
+    trainer.setup(model, optimizer)
+
+    def dataset_fn(shard):
+        if synthetic:
+            return synthetic_dataset(shard, height, width, trainer.total_steps - trainer.start_step, args.seed)
+        return data.make_train_dataset(
+            args.data_dir, shard, trainer.total_steps, args.seed, trainer.start_step, crop=args.crop,
+            scale=args.scale, augment=not args.no_augment, cache=args.cache, shard_late=args.shard_late)
+
+    trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK,
+                fault_desync_replica=args.fault_desync_replica)
+
+    if not launcher.is_chief:
+        return
+    extra = {"precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
+             "crop": args.crop, "shard_late": args.shard_late,
+             "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
+             "parameters": model.count_params()}
+    if not synthetic:
+        val = trainer.evaluate(data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size,
+                                                      size=args.eval_size), TASK)
+        training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}")
+        extra["final_metrics"] = {"val": val}
+        if args.predict_dir:
+            written = write_predictions(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size)
+            training.log(launcher, f"wrote {written} prediction PNGs to {args.predict_dir}")
+    else:
+        extra["final_metrics"] = {}
+    trainer.save_results(extra)
+
+
+if __name__ == "__main__":
+    cli.run_main(main)
