@@ -20,7 +20,7 @@ import sys
 
 from invoke import Collection, Exit, task
 
-from commands import containers, launch
+from commands import containers, launch, slurm
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 BASES = ("ngc", "cpu")
@@ -218,6 +218,47 @@ def build(c, recipe, base="ngc", runtime="docker", ca_bundle=None, dry=False):
         raise Exit(f"building {tag} failed with status {code}", code=code)
 
 
+# -- slurm ----------------------------------------------------------------------------------------
+
+@task(
+    positional=["recipe"],
+    auto_shortflags=False,
+    help={
+        "recipe": "recipe folder name under recipes/",
+        "launcher": "multiworker | horovod (any node count) | mirrored | single (one node)",
+        "nodes": "nodes to allocate",
+        "gpus-per-node": "GPUs per node; one task per GPU for multiworker and horovod",
+        "tasks-per-node": "with --gpus-per-node 0: worker processes per node",
+        "cpus-per-task": "CPU cores per task",
+        "sif": "run every task in this Apptainer image (see `invoke build RECIPE --runtime apptainer`)",
+        "data-dir": "dataset folder on the cluster's shared file system",
+        "time": "wall-clock limit, HH:MM:SS",
+        "partition": "SLURM partition", "account": "SLURM account",
+        "out": "write the script here instead of printing it",
+    },
+)
+def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_per_node="1", cpus_per_task="8",
+           sif=None, data_dir=None, time="01:00:00", partition=None, account=None, out=None):
+    """Render an sbatch script that runs RECIPE on a SLURM cluster; arguments after -- go to train.py."""
+    try:
+        check_recipe(recipe)
+        text = slurm.render_sbatch(
+            recipe, launcher, nodes=launch.parse_count("--nodes", nodes),
+            gpus_per_node=launch.parse_count("--gpus-per-node", gpus_per_node),
+            train_args=shlex.split(c.remainder or ""), sif=sif, data_dir=data_dir, time=time,
+            partition=partition, account=account,
+            tasks_per_node=launch.parse_count("--tasks-per-node", tasks_per_node),
+            cpus_per_task=launch.parse_count("--cpus-per-task", cpus_per_task))
+    except launch.LaunchError as error:
+        fail(str(error))
+    if out:
+        with open(out, "w") as handle:
+            handle.write(text)
+        print(f"wrote {out}; submit with: sbatch {out}")
+    else:
+        print(text, end="")
+
+
 # -- images: base images --------------------------------------------------------------------------
 
 @task(help={"rootfs": "folder for the Debian root file system", "dry": "print the commands, run nothing"})
@@ -250,5 +291,5 @@ def cpu(c, base="debian", ca_bundle=None, dry=False):
 
 
 images = Collection("images", bootstrap, cpu)
-namespace = Collection(run, build, images)
+namespace = Collection(run, build, sbatch, images)
 namespace.configure({"tf_recipes": DEFAULTS})
