@@ -1,0 +1,338 @@
+"""Prepare Cityscapes for training: pair every image with its labels, map label ids to 8 categories.
+
+    python recipes/cityscapes-unet/prepare_data.py --source ~/cityscapes --out data/cityscapes
+
+--source holds the official release: the two downloaded zips (leftImg8bit_trainvaltest.zip,
+gtFine_trainvaltest.zip) or the folders they extract to (leftImg8bit/, gtFine/); either half may be
+a zip or a folder. The output (see layout.py) keeps each RGB PNG byte for byte and writes the
+category map as an 8-bit PNG, with a sorted index per split, which data.py reads. PNG files were
+chosen over TFRecord shards because data.py needs any example in any order (the global batches are
+fixed by common.data.sharded_order); the measurements are in README.md.
+
+Every pair is decoded and checked. All problems are collected and reported together, naming each
+file, and a split's index is written only when the whole split is clean, so a split with problems
+is never mistaken for a complete dataset. Each output file is written under a temporary name and
+renamed; a manifest per split records what every output was made from, so a re-run (also after an
+interruption) only redoes pairs whose source changed.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import multiprocessing
+import os
+import pathlib
+import sys
+import time
+import zipfile
+
+import numpy as np
+from PIL import Image
+
+import labels
+import layout
+
+EXPECTED_LAYOUT = f"""\
+expected in --source, either as downloaded or extracted (each half may be either):
+  {layout.IMAGE_ZIP}   or  leftImg8bit/{{train,val}}/CITY/CITY_SEQ_FRAME{layout.IMAGE_SUFFIX}
+  {layout.LABEL_ZIP}        or  gtFine/{{train,val}}/CITY/CITY_SEQ_FRAME{layout.LABEL_SUFFIX}
+Cityscapes needs a (free) login: download both zips from https://www.cityscapes-dataset.com/downloads/
+For a synthetic stand-in: python recipes/cityscapes-unet/make_fixture.py --out DIR"""
+
+
+class UsageError(Exception):
+    """A mistake in the command line or the source folder: reported without a traceback."""
+
+
+# --- Reading the release: each half (images, labels) is a folder or a zip ----------------------
+
+_OPEN_ZIPS: dict[pathlib.Path, zipfile.ZipFile] = {}
+
+
+class Half:
+    """One half of the release: 'leftImg8bit' or 'gtFine', as an extracted folder or a zip."""
+
+    def __init__(self, source: pathlib.Path, top: str, zip_name: str):
+        self.folder = source / top
+        self.zip_path = source / zip_name
+        self.top = top
+        if self.folder.is_dir():
+            self.kind = "folder"
+        elif self.zip_path.is_file():
+            self.kind = "zip"
+        else:
+            raise UsageError(f"found neither {self.zip_path.name} nor a {top}/ folder in {source}\n"
+                             + EXPECTED_LAYOUT)
+
+    def archive(self) -> zipfile.ZipFile:
+        # One handle per process, kept open: reading the central directory of the real zips
+        # (thousands of entries) for every pair would cost more than the pair itself.
+        if self.zip_path not in _OPEN_ZIPS:
+            try:
+                _OPEN_ZIPS[self.zip_path] = zipfile.ZipFile(self.zip_path)
+            except (OSError, zipfile.BadZipFile) as error:
+                raise UsageError(f"cannot read {self.zip_path} as a zip ({error}); download it again")
+        return _OPEN_ZIPS[self.zip_path]
+
+    def listing(self) -> dict[str, list]:
+        """Relative path ('leftImg8bit/train/...') -> signature, for every Cityscapes-named file."""
+        if self.kind == "zip":
+            return {info.filename: [info.file_size, info.CRC] for info in self.archive().infolist()
+                    if layout.is_candidate(info.filename)}
+        found = {}
+        for path in self.folder.rglob("*.png"):
+            name = path.relative_to(self.folder.parent).as_posix()
+            if layout.is_candidate(name):
+                stat = path.stat()
+                found[name] = [stat.st_size, stat.st_mtime_ns]
+        return found
+
+    def read(self, name: str) -> bytes:
+        if self.kind == "zip":
+            return self.archive().read(name)
+        return (self.folder.parent / name).read_bytes()
+
+    def describe(self, name: str) -> str:
+        """Where a file is, for messages: a path, or 'ZIP:member'."""
+        if self.kind == "zip":
+            return f"{self.zip_path}:{name}"
+        return str(self.folder.parent / name)
+
+
+def open_source(source: pathlib.Path) -> tuple[Half, Half]:
+    if not source.is_dir():
+        raise UsageError(f"--source {source} is not a folder\n" + EXPECTED_LAYOUT)
+    return (Half(source, layout.IMAGE_DIR, layout.IMAGE_ZIP),
+            Half(source, layout.LABEL_DIR, layout.LABEL_ZIP))
+
+
+# --- Pairing -------------------------------------------------------------------------------------
+
+def pair_files(images: Half, labels_half: Half, splits):
+    """Example ids per split that have both files, their source signatures, and the problems."""
+    image_files, label_files = images.listing(), labels_half.listing()
+    if not image_files and not label_files:
+        raise UsageError(f"no Cityscapes image or label files in {images.describe('')} "
+                         f"or {labels_half.describe('')}\n" + EXPECTED_LAYOUT)
+    found = {split: {"image": {}, "label": {}} for split in splits}
+    problems = []
+    for half, files in ((images, image_files), (labels_half, label_files)):
+        for name, signature in files.items():
+            parsed = layout.parse_member(name)
+            if parsed is None:
+                problems.append(f"not in the {half.top}/SPLIT/CITY/ layout: {half.describe(name)}")
+            elif parsed[1] in found:
+                kind, split, example_id = parsed
+                found[split][kind][example_id] = signature
+    pairs, signatures = {}, {}
+    for split in splits:
+        image_ids, label_ids = set(found[split]["image"]), set(found[split]["label"])
+        for example_id in sorted(image_ids - label_ids):
+            problems.append(f"image without label: {images.describe(layout.image_member(split, example_id))} "
+                            f"(no {labels_half.describe(layout.label_member(split, example_id))})")
+        for example_id in sorted(label_ids - image_ids):
+            problems.append(f"label without image: {labels_half.describe(layout.label_member(split, example_id))} "
+                            f"(no {images.describe(layout.image_member(split, example_id))})")
+        if not image_ids | label_ids:
+            problems.append(f"split {split}: no files under {images.describe(f'{layout.IMAGE_DIR}/{split}/')} "
+                            f"or {labels_half.describe(f'{layout.LABEL_DIR}/{split}/')}")
+        pairs[split] = sorted(image_ids & label_ids)
+        signatures[split] = {example_id: [found[split]["image"][example_id], found[split]["label"][example_id]]
+                             for example_id in pairs[split]}
+    return pairs, signatures, problems
+
+
+# --- One pair: decode, check, map, write ---------------------------------------------------------
+
+def _decode(half: Half, name: str, mode: str, what: str, problems: list):
+    """(decoded image, file bytes), or (None, None) after adding the reason to problems."""
+    try:
+        data = half.read(name)
+        image = Image.open(io.BytesIO(data))
+        image.load()  # decodes all pixel data: truncated or corrupt files fail here
+    except Exception as error:  # zipfile and PIL raise several types; all mean "unreadable"
+        problems.append(f"unreadable PNG: {half.describe(name)} ({error})")
+        return None, None
+    if image.format != "PNG" or image.mode != mode:
+        problems.append(f"not {what}: {half.describe(name)} is {image.format} mode {image.mode}")
+        return None, None
+    return image, data
+
+
+def _write_atomically(path: pathlib.Path, data: bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def process_pair(task):
+    """Validate one pair and write its outputs; returns (example_id, size or None, problems)."""
+    images, labels_half, split, example_id, out, expect_size = task
+    image_name = layout.image_member(split, example_id)
+    label_name = layout.label_member(split, example_id)
+    problems = []
+    image, image_bytes = _decode(images, image_name, "RGB", "an 8-bit RGB PNG", problems)
+    label, _ = _decode(labels_half, label_name, "L", "an 8-bit grayscale labelIds PNG", problems)
+    if image is None or label is None:
+        return example_id, None, problems
+    size = (image.height, image.width)
+    if (label.height, label.width) != size:
+        problems.append(f"size mismatch: {images.describe(image_name)} is {size[0]}x{size[1]} but "
+                        f"{labels_half.describe(label_name)} is {label.height}x{label.width}")
+    elif expect_size and size != tuple(expect_size):
+        problems.append(f"unexpected size: {images.describe(image_name)} and its label are "
+                        f"{size[0]}x{size[1]}, --expect-size is {expect_size[0]}x{expect_size[1]}")
+    label_ids = np.asarray(label)
+    unknown = labels.invalid_label_ids(label_ids)
+    if unknown:
+        problems.append(f"label ids outside 0..33 and 255: {labels_half.describe(label_name)} has "
+                        f"{unknown[:8]} (is it a trainIds or instanceIds file?)")
+    if problems:
+        return example_id, None, problems
+    categories = io.BytesIO()
+    Image.fromarray(labels.to_categories(label_ids)).save(categories, format="PNG")
+    _write_atomically(layout.prepared_image(out, split, example_id), image_bytes)
+    _write_atomically(layout.prepared_categories(out, split, example_id), categories.getvalue())
+    return example_id, size, []
+
+
+# --- One split: skip what is done, process the rest, write the index if clean ---------------------
+
+def manifest_path(out: pathlib.Path, split: str) -> pathlib.Path:
+    return out / split / "manifest.jsonl"
+
+
+def read_manifest(out: pathlib.Path, split: str) -> dict:
+    """example id -> {"source": ..., "size": ...} from earlier runs; the last line per id wins."""
+    entries = {}
+    try:
+        lines = manifest_path(out, split).read_text().splitlines()
+    except FileNotFoundError:
+        return entries
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            entries[entry["id"]] = entry
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by an interruption: that pair is simply redone
+    return entries
+
+
+def _indexed_examples(index: pathlib.Path):
+    try:
+        return json.loads(index.read_text()).get("examples")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def prepare_split(images, labels_half, split, example_ids, signatures, out, expect_size, workers, log):
+    """Returns (problems, pairs written now, pairs already up to date)."""
+    done = read_manifest(out, split)
+    todo = [example_id for example_id in example_ids
+            if done.get(example_id, {}).get("source") != signatures[example_id]
+            or not layout.prepared_image(out, split, example_id).is_file()
+            or not layout.prepared_categories(out, split, example_id).is_file()]
+    index = layout.index_path(out, split)
+    if not todo and _indexed_examples(index) == example_ids:
+        return [], 0, len(example_ids)
+    index.unlink(missing_ok=True)  # from here on the split is incomplete until proven clean
+    problems, sizes = [], {}
+    skipped = sorted(set(example_ids) - set(todo))
+    valid = list(skipped)  # pairs whose outputs match their source: skipped or written now
+    manifest_path(out, split).parent.mkdir(parents=True, exist_ok=True)
+    tasks = [(images, labels_half, split, example_id, out, expect_size) for example_id in todo]
+    workers = min(workers, len(tasks))
+    # spawn, not fork: the caller may have started threads (TensorFlow does) that fork would copy.
+    pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
+    results = pool.imap_unordered(process_pair, tasks) if pool else map(process_pair, tasks)
+    with pool or contextlib.nullcontext(), open(manifest_path(out, split), "a") as manifest:
+        for count, (example_id, size, pair_problems) in enumerate(results, 1):
+            problems.extend(pair_problems)
+            if size:
+                valid.append(example_id)
+                done[example_id] = {"id": example_id, "source": signatures[example_id], "size": list(size)}
+                manifest.write(json.dumps(done[example_id]) + "\n")
+                manifest.flush()
+            if count % 250 == 0:
+                log(f"{split}: {count}/{len(todo)} pairs checked")
+    for example_id in sorted(valid):
+        sizes.setdefault(tuple(done[example_id]["size"]), []).append(example_id)
+    if len(sizes) > 1:
+        common_size = max(sizes, key=lambda size: len(sizes[size]))
+        for size, ids in sorted(sizes.items()):
+            if size != common_size:
+                problems.extend(f"size differs from the split's {common_size[0]}x{common_size[1]}: "
+                                f"{images.describe(layout.image_member(split, i))} is {size[0]}x{size[1]}"
+                                for i in ids)
+    if not problems:
+        (height, width), = sizes
+        _write_atomically(manifest_path(out, split),
+                          "".join(json.dumps(done[i]) + "\n" for i in example_ids).encode())
+        _write_atomically(index, json.dumps({
+            "format": layout.INDEX_FORMAT, "split": split, "height": height, "width": width,
+            "categories": list(labels.CATEGORY_NAMES), "examples": example_ids}, indent=1).encode())
+    return problems, len(valid) - len(skipped), len(skipped)
+
+
+def prepare(source, out, splits=("train", "val"), workers=None, expect_size=None, log=print) -> list[str]:
+    """Prepare the given splits; returns every problem found (empty when all splits are complete)."""
+    source, out = pathlib.Path(source), pathlib.Path(out)
+    images, labels_half = open_source(source)
+    log(f"reading images from {images.describe(layout.IMAGE_DIR)} ({images.kind}), "
+        f"labels from {labels_half.describe(layout.LABEL_DIR)} ({labels_half.kind})")
+    pairs, signatures, problems = pair_files(images, labels_half, splits)
+    workers = workers or os.cpu_count() or 1
+    for split in splits:
+        started = time.perf_counter()
+        split_problems, written, skipped = prepare_split(
+            images, labels_half, split, pairs[split], signatures[split], out, expect_size, workers, log)
+        problems.extend(split_problems)
+        complete = layout.index_path(out, split).is_file()
+        log(f"{split}: {len(pairs[split])} pairs, {written} written, {skipped} already up to date, "
+            f"{len(split_problems)} problems, {time.perf_counter() - started:.1f} s: "
+            + (f"complete ({layout.index_path(out, split)})" if complete else "NOT complete"))
+    return problems
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog=EXPECTED_LAYOUT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", required=True, help="folder with the two zips or the extracted tree")
+    parser.add_argument("--out", required=True, help="folder for the prepared data (created if missing)")
+    parser.add_argument("--splits", default="train,val", help="comma-separated (default train,val)")
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    parser.add_argument("--expect-size", default=None, metavar="HxW",
+                        help="reject pairs of any other size, e.g. 1024x2048 for real Cityscapes")
+    args = parser.parse_args(argv)
+    splits = [split.strip() for split in args.splits.split(",") if split.strip()]
+    if not splits:
+        parser.error("--splits is empty; use e.g. --splits train,val")
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers {args.workers}: use 1 or more")
+    try:
+        expect_size = layout.parse_size(args.expect_size) if args.expect_size else None
+    except ValueError as error:
+        parser.error(f"--expect-size: {error}")
+    try:
+        problems = prepare(args.source, args.out, splits, args.workers, expect_size)
+    except UsageError as error:
+        print(f"prepare_data: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # e.g. --out not writable, disk full
+        print(f"prepare_data: cannot write the prepared data: {error}", file=sys.stderr)
+        return 2
+    if problems:
+        print(f"\nprepare_data: {len(problems)} problems; splits with problems have no index and are "
+              "not usable for training. Fix or remove these files and run again "
+              "(pairs already prepared are kept):", file=sys.stderr)
+        for problem in sorted(problems):
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
