@@ -30,7 +30,10 @@ DEFAULTS = {
     "ngc_base": "nvcr.io/nvidia/tensorflow:25.02-tf2-py3",
     "cpu_base": "tf-recipes/cpu-base:latest",
     "debian_base": "tf-recipes/debian:bookworm",
-    "docker": "docker",
+    "docker": "auto",  # a docker client path, or auto: the first that can build with BuildKit
+    # `docker run --ulimit memlock=-1` as NVIDIA recommends; "" leaves the limit alone (for hosts
+    # and sandboxes that refuse to raise it: "error setting rlimit type 8").
+    "memlock": "-1",
     "apptainer": "apptainer",
     "sif_dir": "build/sif",
 }
@@ -63,6 +66,25 @@ def execute(argv, env=None, dry=False) -> int:
 
 def check_recipe(recipe: str) -> None:
     launch.check_choice("recipe", recipe, launch.list_recipes(ROOT))
+
+
+def docker_client(c) -> str:
+    """The configured docker client, or the first one on this machine that builds with BuildKit.
+
+    `docker build --secret` and `RUN --mount` need BuildKit: the buildx plugin, or a client with
+    BuildKit built in (Debian's docker.io 20.10 with DOCKER_BUILDKIT=1). A newer client without
+    buildx falls back to the legacy builder, which cannot build these Dockerfiles.
+    """
+    configured = settings(c)["docker"]
+    if configured != "auto":
+        return configured
+    candidates = [path for path in (shutil.which("docker"), "/usr/bin/docker") if path and os.path.exists(path)]
+    for client in candidates:
+        probe = subprocess.run([client, "build", "--help"], capture_output=True, text=True,
+                               env={**os.environ, "DOCKER_BUILDKIT": "1"})
+        if "--secret" in probe.stdout:
+            return client
+    return candidates[0] if candidates else "docker"
 
 
 def docker_engine_answers(docker: str) -> bool:
@@ -129,8 +151,9 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         launcher = launcher or ("single" if (gpus or cpu_replicas) == 1 else "mirrored")
         train_args = shlex.split(c.remainder or "")
         cfg = settings(c)
+        docker = docker_client(c)
         if runtime == "auto":
-            runtime = "docker" if docker_engine_answers(cfg["docker"]) else "local"
+            runtime = "docker" if docker_engine_answers(docker) else "local"
             print(f"runtime: {runtime} ({'a Docker engine answers' if runtime == 'docker' else 'no Docker engine answers'})")
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         results_dir = os.path.abspath(results_dir or os.path.join(ROOT, launch.run_dir_name(recipe, launcher, stamp)))
@@ -155,12 +178,13 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         env["PYTHONPATH"] = ROOT
     elif runtime == "docker":
         image = image or image_tag(c, recipe, base)
-        if not dry and subprocess.call([cfg["docker"], "image", "inspect", image], stdout=subprocess.DEVNULL,
+        if not dry and subprocess.call([docker, "image", "inspect", image], stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL) != 0:
             fail(f"image {image} is not built; run `invoke build {recipe} --base {base}` first")
         argv = containers.build_docker_run_command(
             image, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
-            user=f"{os.getuid()}:{os.getgid()}", docker=cfg["docker"])
+            user=f"{os.getuid()}:{os.getgid()}", memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
+            docker=docker)
         env = {}
     else:
         sif = image or os.path.join(cfg["sif_dir"], f"{recipe}_{base}.sif")
@@ -212,7 +236,7 @@ def build(c, recipe, base="ngc", runtime="docker", ca_bundle=None, dry=False):
         argv, env = containers.build_docker_build_command(
             f"recipes/{recipe}/Dockerfile", ".", tag,
             build_args={"BASE_IMAGE": base_image, "GIT_REVISION": git_revision()},
-            labels={}, ca_bundle=ca_bundle_from(ca_bundle), docker=cfg["docker"])
+            labels={}, ca_bundle=ca_bundle_from(ca_bundle), docker=docker_client(c))
         code = execute(argv, env, dry)
     if code:
         raise Exit(f"building {tag} failed with status {code}", code=code)
@@ -267,7 +291,7 @@ def bootstrap(c, rootfs="build/debian-rootfs", dry=False):
     cfg = settings(c)
     if os.path.exists(rootfs) and not dry:
         shutil.rmtree(rootfs)
-    for argv in containers.build_debian_base_commands(rootfs, rootfs + ".tar", cfg["debian_base"], docker=cfg["docker"]):
+    for argv in containers.build_debian_base_commands(rootfs, rootfs + ".tar", cfg["debian_base"], docker=docker_client(c)):
         if execute(argv, dry=dry):
             raise Exit(f"making {cfg['debian_base']} failed at: {shlex.join(argv)}", code=1)
 
@@ -285,7 +309,7 @@ def cpu(c, base="debian", ca_bundle=None, dry=False):
         "images/cpu/Dockerfile", "images/cpu", cfg["cpu_base"],
         build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None},
         labels={"org.opencontainers.image.revision": git_revision()},
-        ca_bundle=ca_bundle_from(ca_bundle), docker=cfg["docker"])
+        ca_bundle=ca_bundle_from(ca_bundle), docker=docker_client(c))
     if execute(argv, env, dry):
         raise Exit(f"building {cfg['cpu_base']} failed", code=1)
 

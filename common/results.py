@@ -64,4 +64,7 @@ def write_json(path: str, data: dict) -> None:
     with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
         json.dump(data, handle, indent=2)
         handle.write("\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(handle.name, 0o666 & ~umask)  # a temporary file is private; results are not
     os.replace(handle.name, path)

@@ -1,0 +1,96 @@
+"""Containers against a real Docker engine: the CPU base and the mnist-cnn image are built from
+nothing (a debootstrap Debian, no registry), then mnist-cnn trains *inside* the image under every
+launcher, and the results land on the host through the results volume.
+
+Images are cached in the engine between runs: a second CI run rebuilds nothing (see
+test_a_rebuild_without_changes_is_all_cache)."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+BUILD_TIMEOUT = 2400  # a cold CPU base compiles Horovod: ~10 minutes on 2 cores
+
+
+def docker(*args, **kwargs):
+    return subprocess.run(["docker", *args], capture_output=True, text=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    if docker("info").returncode != 0:
+        message = "no Docker engine answers: run `bash ci/docker-engine.sh` (as root)"
+        if os.environ.get("TF_RECIPES_STRICT") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    # NVIDIA's flags ask for an unlimited memlock; some sandboxes refuse to raise it. Use the
+    # recommended flag wherever the host allows it, else leave the limit alone.
+    probe = docker("run", "--rm", "--ulimit", "memlock=-1", "tf-recipes/debian:bookworm", "true") \
+        if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode == 0 else None
+    return {"INVOKE_TF_RECIPES_MEMLOCK": "-1" if probe and probe.returncode == 0 else ""}
+
+
+@pytest.fixture(scope="module")
+def mnist_image(engine):
+    """invoke images.bootstrap (once per machine), images.cpu, build mnist-cnn --base cpu."""
+    if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode != 0:
+        assert_ok(run_invoke("images.bootstrap", timeout=BUILD_TIMEOUT))
+    assert_ok(run_invoke("images.cpu", timeout=BUILD_TIMEOUT))
+    assert_ok(run_invoke("build", "mnist-cnn", "--base", "cpu", timeout=BUILD_TIMEOUT))
+    return "tf-recipes/mnist-cnn:cpu"
+
+
+RUNS = {
+    "single": ["--launcher", "single"],
+    "mirrored": ["--launcher", "mirrored", "--cpu-replicas", "2"],
+    "multiworker": ["--launcher", "multiworker", "--cpu-replicas", "2"],
+    "horovodrun": ["--launcher", "horovod", "--cpu-replicas", "2"],
+    "mpirun": ["--launcher", "horovod", "--cpu-replicas", "2", "--horovod-runner", "mpirun"],
+}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_mnist_trains_inside_the_container(mnist_image, engine, tmp_path, name):
+    process = run_invoke("run", "mnist-cnn", "--gpus", "0", *RUNS[name], "--runtime", "docker",
+                         "--results-dir", str(tmp_path), "--", "--synthetic", "--max-steps", "8", "--log-every", "4",
+                         env=engine)
+    assert_ok(process)
+    assert f"docker run --rm --ipc=host" in process.stdout and mnist_image in process.stdout
+    results = read_results(tmp_path)
+    assert RESULT_FIELDS <= results.keys()
+    replicas = 1 if name == "single" else 2
+    assert results["replicas"] == replicas and results["steps"] == 8
+    assert len(results["replica_fingerprints"]) == replicas
+    assert len(set(results["replica_fingerprints"])) == 1
+    assert results["versions"]["horovod"] == "0.28.1" and results["versions"]["python"].startswith("3.11")
+    # Written by the container as the calling user, readable on the host.
+    assert os.stat(tmp_path / "results.json").st_uid == os.getuid()
+
+
+def test_a_rebuild_without_changes_is_all_cache(mnist_image):
+    process = run_invoke("build", "mnist-cnn", "--base", "cpu", timeout=600)
+    assert_ok(process)
+    log = process.stdout + process.stderr
+    steps = re.findall(r"^#(\d+) \[stage-\d+ \d+/\d+\] (?!FROM)", log, flags=re.M)
+    assert steps, log[-3000:]
+    for step in steps:
+        assert re.search(rf"^#{step} CACHED$", log, flags=re.M), f"step #{step} ran again:\n{log[-3000:]}"
+
+
+def test_recipe_layer_is_small_and_labelled(mnist_image):
+    size = lambda image: int(docker("image", "inspect", "-f", "{{.Size}}", image).stdout)  # noqa: E731
+    added = size(mnist_image) - size("tf-recipes/cpu-base:latest")
+    assert 0 < added < 50 * 1024 * 1024, added
+    labels = docker("image", "inspect", "-f", "{{json .Config.Labels}}", mnist_image).stdout
+    assert '"org.tf-recipes.recipe":"mnist-cnn"' in labels
+    assert '"org.opencontainers.image.base.name":"tf-recipes/cpu-base:latest"' in labels
+
+
+def test_a_missing_image_says_which_command_builds_it(engine):
+    process = run_invoke("run", "mnist-cnn", "--runtime", "docker", "--image", "tf-recipes/none:missing", env=engine)
+    assert process.returncode == 2
+    assert "is not built; run `invoke build mnist-cnn --base cpu` first" in process.stderr
