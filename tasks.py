@@ -158,7 +158,9 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         results_dir = os.path.abspath(results_dir or os.path.join(ROOT, launch.run_dir_name(recipe, launcher, stamp)))
         if data_dir and not os.path.isdir(data_dir):
-            fail(f"--data-dir {data_dir} is not a folder")
+            if not dry:
+                fail(f"--data-dir {data_dir} is not a folder")
+            print(f"note: --data-dir {data_dir} is not a folder on this machine", file=sys.stderr)
         data_dir = os.path.abspath(data_dir) if data_dir else None
         inside = runtime != "local"
         train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
@@ -259,10 +261,11 @@ def build(c, recipe, base="ngc", runtime="docker", ca_bundle=None, dry=False):
         "time": "wall-clock limit, HH:MM:SS",
         "partition": "SLURM partition", "account": "SLURM account",
         "out": "write the script here instead of printing it",
+        "dry": "print the script even when --out is given; write nothing",
     },
 )
 def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_per_node="1", cpus_per_task="8",
-           sif=None, data_dir=None, time="01:00:00", partition=None, account=None, out=None):
+           sif=None, data_dir=None, time="01:00:00", partition=None, account=None, out=None, dry=False):
     """Render an sbatch script that runs RECIPE on a SLURM cluster; arguments after -- go to train.py."""
     try:
         check_recipe(recipe)
@@ -275,7 +278,7 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
             cpus_per_task=launch.parse_count("--cpus-per-task", cpus_per_task))
     except launch.LaunchError as error:
         fail(str(error))
-    if out:
+    if out and not dry:
         with open(out, "w") as handle:
             handle.write(text)
         print(f"wrote {out}; submit with: sbatch {out}")
