@@ -138,11 +138,12 @@ def ca_bundle_from(explicit: str | None) -> str | None:
         "image": "run this image instead of tf-recipes/RECIPE:BASE",
         "data-dir": "dataset folder on this machine (mounted read-only at /data in containers)",
         "results-dir": "where results.json and checkpoints go (default: results/RECIPE/TIME-LAUNCHER)",
+        "nsys": "profile every training process with Nsight Systems (NGC image or a host with nsys)",
         "dry": "print the commands and environment, run nothing",
     },
 )
 def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",
-        base=None, image=None, data_dir=None, results_dir=None, dry=False):
+        base=None, image=None, data_dir=None, results_dir=None, nsys=False, dry=False):
     """Train RECIPE under a launcher; arguments after -- go to its train.py (see its --help)."""
     try:
         check_recipe(recipe)
@@ -166,8 +167,13 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
         if data_dir:
             train_args += ["--data-dir", containers.CONTAINER_DATA_DIR if inside else data_dir]
+        if nsys and runtime == "local" and not shutil.which("nsys") and not dry:
+            fail("--nsys needs Nsight Systems (`nsys`) on PATH; it ships in the NGC image (--runtime docker --base ngc)")
+        if nsys and runtime != "local" and (base or ("cpu" if gpus == 0 else "ngc")) == "cpu":
+            fail("--nsys needs Nsight Systems, which only the NGC image has; use --base ngc")
         plan = launch.build_launch(recipe, launcher, gpus=gpus, cpu_replicas=cpu_replicas,
                                    train_args=train_args, horovod_runner=horovod_runner,
+                                   nsys_output=(containers.CONTAINER_RESULTS_DIR if inside else results_dir) if nsys else None,
                                    python=sys.executable if runtime == "local" else "python",
                                    horovodrun=local_horovodrun() if runtime == "local" else "horovodrun")
     except launch.LaunchError as error:
@@ -185,7 +191,7 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
             fail(f"image {image} is not built; run `invoke build {recipe} --base {base}` first")
         argv = containers.build_docker_run_command(
             image, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
-            user=f"{os.getuid()}:{os.getgid()}", memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
+            user=f"{os.getuid()}:{os.getgid()}", profile=nsys, memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
             docker=docker)
         env = {}
     else:

@@ -63,12 +63,20 @@ def count_replicas(launcher: str, gpus: int, cpu_replicas: int) -> int:
 
 def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int = 1,
                  train_args: list[str] = (), horovod_runner: str = "horovodrun",
-                 python: str = "python", horovodrun: str = "horovodrun") -> LaunchPlan:
-    """The argv and environment that run `recipe` under `launcher` on one node."""
+                 python: str = "python", horovodrun: str = "horovodrun",
+                 nsys_output: str | None = None) -> LaunchPlan:
+    """The argv and environment that run `recipe` under `launcher` on one node.
+
+    `nsys_output` (a folder) wraps every training process in Nsight Systems' `nsys profile`, one
+    report per process (%p is its pid), inside whatever starts the processes.
+    """
     check_choice("launcher", launcher, LAUNCHERS)
     check_choice("horovod runner", horovod_runner, HOROVOD_RUNNERS)
     replicas = count_replicas(launcher, gpus, cpu_replicas)
     train = [python, f"recipes/{recipe}/train.py", "--launcher", launcher, *train_args]
+    if nsys_output:
+        train = ["nsys", "profile", "--trace=cuda,cudnn,cublas,nvtx,osrt", "--force-overwrite=true",
+                 "--output", f"{nsys_output}/nsys-{launcher}-%p", *train]
     # No GPU asked for: hide any that exist, so that --gpus 0 means the same run everywhere.
     env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), "TF_CPP_MIN_LOG_LEVEL": "1"}
 

@@ -43,3 +43,12 @@ def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
     assert process.returncode == 0
     assert "common.spawn --nproc 2" in process.stdout and "--max-steps 3" in process.stdout
     assert not results.exists()
+
+
+def test_nsys_adds_the_profiling_capability_only_when_asked():
+    profiled = run_invoke("run", "mnist-cnn", "--gpus", "8", "--runtime", "docker", "--nsys", "--dry")
+    assert profiled.returncode == 0 and "--cap-add SYS_ADMIN" in profiled.stdout and "nsys profile" in profiled.stdout
+    plain = run_invoke("run", "mnist-cnn", "--gpus", "8", "--runtime", "docker", "--dry")
+    assert "SYS_ADMIN" not in plain.stdout and "--privileged" not in plain.stdout + profiled.stdout
+    cpu = run_invoke("run", "mnist-cnn", "--gpus", "0", "--runtime", "docker", "--nsys", "--dry")
+    assert cpu.returncode == 2 and "only the NGC image has" in cpu.stderr

@@ -73,3 +73,12 @@ def test_tf_config_gives_each_worker_its_index_and_the_whole_cluster():
     gpu_envs = worker_environments(2, [1, 2], gpus_per_worker=2)
     assert [e["CUDA_VISIBLE_DEVICES"] for e in gpu_envs] == ["0,1", "2,3"]
     assert json.loads(build_tf_config(["h:1"], 0))["task"]["index"] == 0
+
+
+def test_nsys_wraps_each_training_process_inside_the_launcher():
+    plan = build_launch("cityscapes-unet", "horovod", gpus=8, nsys_output="/results")
+    nsys = plan.argv.index("nsys")
+    assert plan.argv[:nsys] == ["horovodrun", "-np", "8", "-H", "localhost:8"]
+    assert plan.argv[nsys:nsys + 2] == ["nsys", "profile"]
+    assert "/results/nsys-horovod-%p" in plan.argv
+    assert plan.argv[-3:] == ["recipes/cityscapes-unet/train.py", "--launcher", "horovod"]
