@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 
 import numpy as np
 import tensorflow as tf
@@ -215,10 +216,27 @@ class MultiWorkerLauncher(StrategyLauncher):
                 raise LauncherError(f"TF_CONFIG is not valid JSON ({error}): {os.environ['TF_CONFIG']!r}")
             return tf.distribute.cluster_resolver.TFConfigClusterResolver()
         if "SLURM_PROCID" in os.environ:
-            return tf.distribute.cluster_resolver.SlurmClusterResolver()
+            return _slurm_cluster_resolver()
         raise LauncherError(
             "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them "
             "with `python -m common.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
+
+
+def _slurm_cluster_resolver():
+    """TF's SlurmClusterResolver, also on nodes without GPUs.
+
+    Left alone it counts GPUs with `nvidia-smi` (FileNotFoundError on CPU-only nodes) and hands each
+    task its share of them, so with no GPU it places no task at all. Without GPUs it gets one nominal
+    slot per task and leaves CUDA_VISIBLE_DEVICES alone.
+    """
+    from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
+
+    has_gpus = os.environ.get("CUDA_VISIBLE_DEVICES") or shutil.which("nvidia-smi")
+    gpus = slurm.get_num_gpus() if has_gpus else 0
+    if gpus:
+        return slurm.SlurmClusterResolver(gpus_per_node=gpus)
+    tasks = max(slurm.expand_tasks_per_node(os.environ["SLURM_STEP_TASKS_PER_NODE"]))
+    return slurm.SlurmClusterResolver(gpus_per_node=tasks, gpus_per_task=1, auto_set_gpu=False)
 
 
 class HorovodLauncher(Launcher):
