@@ -24,5 +24,8 @@ def test_a_perturbed_replica_fails_the_run(tmp_path, launcher, request):
     assert process.returncode != 0
     output = process.stdout + process.stderr
     assert "replicas finished with different weights" in output
-    assert "Traceback" not in output
+    # Our processes end with one line, no traceback. (horovodrun itself prints a traceback of its
+    # own when any rank fails; lines from the ranks carry its [rank] prefix.)
+    ours = [line for line in output.splitlines() if launcher != "horovod" or line.startswith("[")]
+    assert not [line for line in ours if "Traceback" in line], output[-3000:]
     assert not (tmp_path / "results.json").exists()
