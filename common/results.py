@@ -37,8 +37,8 @@ def throughput(step_times_s: list[float], global_batch: int, num_replicas: int,
     images_per_sec = global_batch * timed.size / timed.sum()
     return {
         "timed_steps": int(timed.size),
-        "images_per_sec": round(float(images_per_sec), 2),
-        "images_per_sec_per_replica": round(float(images_per_sec / num_replicas), 2),
+        "images_per_sec": float(f"{images_per_sec:.4g}"),
+        "images_per_sec_per_replica": float(f"{images_per_sec / num_replicas:.4g}"),
         "step_time_p50_ms": round(float(np.percentile(timed, 50) * 1e3), 3),
         "step_time_p90_ms": round(float(np.percentile(timed, 90) * 1e3), 3),
     }

@@ -209,9 +209,10 @@ class Trainer:
                 metrics = task.summarize(outputs)
                 self.history.append({"step": step, "loss": loss, **metrics})
                 rate = self.global_batch / np.median(self.step_times[-self.log_every:])
+                rate = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
                 shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
                 log(launcher, f"step {step:>6}/{self.total_steps}  epoch {(step - 1) // self.steps_per_epoch + 1}"
-                              f"  loss {loss:.4f}  {shown}  {rate:,.0f} img/s")
+                              f"  loss {loss:.4f}  {shown}  {rate} img/s")
             self.step.assign(step)
             if self.profile_steps:
                 self._profile(step, before=False)
