@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke
+from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke, run_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 BUILD_TIMEOUT = 2400  # a cold CPU base compiles Horovod: ~10 minutes on 2 cores
@@ -35,13 +35,22 @@ def engine():
 
 
 @pytest.fixture(scope="module")
-def mnist_image(engine):
-    """invoke images.bootstrap (once per machine), images.cpu, build mnist-cnn --base cpu."""
+def cpu_base(engine):
+    """invoke images.bootstrap (once per machine), then images.cpu (cached after the first build)."""
     if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode != 0:
         assert_ok(run_invoke("images.bootstrap", timeout=BUILD_TIMEOUT))
     assert_ok(run_invoke("images.cpu", timeout=BUILD_TIMEOUT))
-    assert_ok(run_invoke("build", "mnist-cnn", "--base", "cpu", timeout=BUILD_TIMEOUT))
-    return "tf-recipes/mnist-cnn:cpu"
+    return "tf-recipes/cpu-base:latest"
+
+
+def build_recipe(recipe):
+    assert_ok(run_invoke("build", recipe, "--base", "cpu", timeout=BUILD_TIMEOUT))
+    return f"tf-recipes/{recipe}:cpu"
+
+
+@pytest.fixture(scope="module")
+def mnist_image(cpu_base):
+    return build_recipe("mnist-cnn")
 
 
 RUNS = {
@@ -94,3 +103,33 @@ def test_a_missing_image_says_which_command_builds_it(engine):
     process = run_invoke("run", "mnist-cnn", "--runtime", "docker", "--image", "tf-recipes/none:missing", env=engine)
     assert process.returncode == 2
     assert "is not built; run `invoke build mnist-cnn --base cpu` first" in process.stderr
+
+
+# -- cityscapes-unet: the generated fixture, prepared on the host, mounted read-only at /data ---------
+
+@pytest.fixture(scope="module")
+def cityscapes_image(cpu_base):
+    return build_recipe("cityscapes-unet")
+
+
+@pytest.fixture(scope="module")
+def cityscapes_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cityscapes-docker")
+    recipe = "recipes/cityscapes-unet"
+    assert_ok(run_python(f"{recipe}/make_fixture.py", "--out", str(root / "release"), "--zip", "--no-tree",
+                         "--train", "8", "--val", "4"))
+    assert_ok(run_python(f"{recipe}/prepare_data.py", "--source", str(root / "release"), "--out", str(root / "prepared")))
+    return root / "prepared"
+
+
+@pytest.mark.parametrize("name", ["mirrored", "multiworker", "horovodrun"])
+def test_cityscapes_trains_inside_the_container(cityscapes_image, cityscapes_data, engine, tmp_path, name):
+    process = run_invoke("run", "cityscapes-unet", "--gpus", "0", *RUNS[name], "--runtime", "docker",
+                         "--data-dir", str(cityscapes_data), "--results-dir", str(tmp_path), "--",
+                         "--preset", "tiny", "--max-steps", "6", "--log-every", "3", env=engine)
+    assert_ok(process)
+    assert f"source={cityscapes_data},target=/data,readonly" in process.stdout
+    results = read_results(tmp_path)
+    assert results["recipe"] == "cityscapes-unet" and results["replicas"] == 2
+    assert len(set(results["replica_fingerprints"])) == 1
+    assert results["final_metrics"]["val"]["examples"] == 4
