@@ -164,6 +164,10 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
             print(f"note: --data-dir {data_dir} is not a folder on this machine", file=sys.stderr)
         data_dir = os.path.abspath(data_dir) if data_dir else None
         inside = runtime != "local"
+        for flag in ("--data-dir", "--results-dir"):
+            if inside and any(arg == flag or arg.startswith(flag + "=") for arg in train_args):
+                fail(f"give {flag} to invoke run (before --), not to train.py: in a container it is "
+                     f"mounted and the script sees it at /{flag[2:].split('-')[0]}")
         train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
         if data_dir:
             train_args += ["--data-dir", containers.CONTAINER_DATA_DIR if inside else data_dir]

@@ -52,3 +52,8 @@ def test_nsys_adds_the_profiling_capability_only_when_asked():
     assert "SYS_ADMIN" not in plain.stdout and "--privileged" not in plain.stdout + profiled.stdout
     cpu = run_invoke("run", "mnist-cnn", "--gpus", "0", "--runtime", "docker", "--nsys", "--dry")
     assert cpu.returncode == 2 and "only the NGC image has" in cpu.stderr
+
+
+def test_container_paths_must_go_to_invoke_so_they_are_mounted():
+    process = run_invoke("run", "mnist-cnn", "--runtime", "docker", "--dry", "--", "--data-dir", "/srv/mnist")
+    assert process.returncode == 2 and "give --data-dir to invoke run (before --)" in process.stderr
