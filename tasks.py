@@ -211,8 +211,8 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
     code = execute(argv, env, dry)
     if code:
         raise Exit(f"{recipe} ({launcher}, {runtime}) failed with status {code}", code=code)
-    if not dry:
-        print(f"results: {os.path.join(results_dir, 'results.json')}")
+    if not dry and runtime != "local":  # train.py printed the path inside the container
+        print(f"results on this machine: {os.path.join(results_dir, 'results.json')}")
 
 
 # -- build ----------------------------------------------------------------------------------------
