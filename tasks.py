@@ -138,12 +138,16 @@ def ca_bundle_from(explicit: str | None) -> str | None:
         "image": "run this image instead of tf-recipes/RECIPE:BASE",
         "data-dir": "dataset folder on this machine (mounted read-only at /data in containers)",
         "results-dir": "where results.json and checkpoints go (default: results/RECIPE/TIME-LAUNCHER)",
+        "hosts": "several nodes without a scheduler: comma-separated hosts (multiworker: run on each with --node-index; horovod: run on the first)",
+        "node-index": "with --hosts and multiworker: this node's position in --hosts",
+        "port-base": "with --hosts and multiworker: first worker port, the same on every node",
         "nsys": "profile every training process with Nsight Systems (NGC image or a host with nsys)",
         "dry": "print the commands and environment, run nothing",
     },
 )
 def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",
-        base=None, image=None, data_dir=None, results_dir=None, nsys=False, dry=False):
+        base=None, image=None, data_dir=None, results_dir=None, hosts=None, node_index="0", port_base="23456",
+        nsys=False, dry=False):
     """Train RECIPE under a launcher; arguments after -- go to its train.py (see its --help)."""
     try:
         check_recipe(recipe)
@@ -175,7 +179,13 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
             fail("--nsys needs Nsight Systems (`nsys`) on PATH; it ships in the NGC image (--runtime docker --base ngc)")
         if nsys and runtime != "local" and (base or ("cpu" if gpus == 0 else "ngc")) == "cpu":
             fail("--nsys needs Nsight Systems, which only the NGC image has; use --base ngc")
+        host_list = [host for host in (hosts or "").split(",") if host]
+        if len(host_list) > 1 and launcher == "horovod" and runtime != "local":
+            fail("horovod across hosts starts its ranks over ssh, which the images do not set up; "
+                 "use --launcher multiworker with --hosts, or SLURM (`invoke sbatch`)")
         plan = launch.build_launch(recipe, launcher, gpus=gpus, cpu_replicas=cpu_replicas,
+                                   hosts=host_list, node_index=launch.parse_count("--node-index", node_index),
+                                   port_base=launch.parse_count("--port-base", port_base),
                                    train_args=train_args, horovod_runner=horovod_runner,
                                    nsys_output=(containers.CONTAINER_RESULTS_DIR if inside else results_dir) if nsys else None,
                                    python=sys.executable if runtime == "local" else "python",
@@ -195,7 +205,9 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
             fail(f"image {image} is not built; run `invoke build {recipe} --base {base}` first")
         argv = containers.build_docker_run_command(
             image, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
-            user=f"{os.getuid()}:{os.getgid()}", profile=nsys, memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
+            user=f"{os.getuid()}:{os.getgid()}", profile=nsys,
+            network="host" if len(host_list) > 1 else None,  # workers on other hosts reach these ports
+            memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
             docker=docker)
         env = {}
     else:

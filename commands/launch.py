@@ -64,8 +64,13 @@ def count_replicas(launcher: str, gpus: int, cpu_replicas: int) -> int:
 def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int = 1,
                  train_args: list[str] = (), horovod_runner: str = "horovodrun",
                  python: str = "python", horovodrun: str = "horovodrun",
-                 nsys_output: str | None = None) -> LaunchPlan:
+                 nsys_output: str | None = None, hosts=(), node_index: int = 0,
+                 port_base: int = 23456) -> LaunchPlan:
     """The argv and environment that run `recipe` under `launcher` on one node.
+
+    `hosts` (two or more) makes a job of several nodes without a scheduler: multiworker runs the
+    returned command on every host, each with its `node_index`; horovod runs it once, on the first
+    host, and reaches the others over ssh. Replicas are per node (`gpus` or `cpu_replicas`).
 
     `nsys_output` (a folder) wraps every training process in Nsight Systems' `nsys profile`, one
     report per process (%p is its pid), inside whatever starts the processes.
@@ -73,6 +78,12 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     check_choice("launcher", launcher, LAUNCHERS)
     check_choice("horovod runner", horovod_runner, HOROVOD_RUNNERS)
     replicas = count_replicas(launcher, gpus, cpu_replicas)
+    hosts = list(hosts)
+    if len(hosts) > 1 and launcher in ("single", "mirrored"):
+        raise LaunchError(f"--launcher {launcher} runs on one node; with --hosts use multiworker or horovod")
+    if hosts and not 0 <= node_index < len(hosts):
+        raise LaunchError(f"--node-index {node_index} is not a position in --hosts {','.join(hosts)}")
+    nodes = max(len(hosts), 1)
     train = [python, f"recipes/{recipe}/train.py", "--launcher", launcher, *train_args]
     if nsys_output:
         train = ["nsys", "profile", "--trace=cuda,cudnn,cublas,nvtx,osrt", "--force-overwrite=true",
@@ -87,17 +98,21 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     elif launcher == "multiworker":
         argv = [python, "-m", "common.spawn", "--nproc", str(replicas)]
         argv += ["--gpus-per-worker", "1"] if gpus else []
+        if nodes > 1:
+            argv += ["--hosts", ",".join(hosts), "--node-index", str(node_index), "--port-base", str(port_base)]
         argv += ["--", *train]
     elif horovod_runner == "horovodrun":
-        argv = [horovodrun, "-np", str(replicas), "-H", f"localhost:{replicas}"]
+        slots = ",".join(f"{host}:{replicas}" for host in hosts or ["localhost"])
+        argv = [horovodrun, "-np", str(replicas * nodes), "-H", slots]
         argv += [] if gpus else ["--gloo"]  # CPU: Gloo needs no MPI install
         argv += train
     else:
-        argv = ["mpirun", "-np", str(replicas), "--bind-to", "none", "--map-by", "slot"]
+        argv = ["mpirun", "-np", str(replicas * nodes), "--bind-to", "none", "--map-by", "slot"]
+        argv += ["-H", ",".join(f"{host}:{replicas}" for host in hosts)] if nodes > 1 else []
         for name in sorted(env) + ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"]:
             argv += ["-x", name]  # mpirun passes only the variables it is told to
         argv += train
-    return LaunchPlan(argv=argv, env=env, replicas=replicas)
+    return LaunchPlan(argv=argv, env=env, replicas=replicas * nodes)
 
 
 def run_dir_name(recipe: str, launcher: str, stamp: str) -> str:

@@ -1,11 +1,16 @@
-"""Start N local worker processes for MultiWorkerMirroredStrategy, each with its own TF_CONFIG.
+"""Start this node's worker processes for MultiWorkerMirroredStrategy, each with its own TF_CONFIG.
 
     python -m common.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
 
-This is the single-node equivalent of what a cluster scheduler does: it picks free localhost ports,
-gives worker i the TF_CONFIG with task index i (and, with --gpus-per-worker, its own GPUs), streams
-their output, and stops the others as soon as one fails, so that no worker waits forever on a
-collective its peer will never join. It exits with the first failing worker's code.
+    # two nodes without a scheduler: the same command on each, with its own --node-index
+    python -m common.spawn --nproc 8 --gpus-per-worker 1 --hosts node1,node2 --node-index 0 \
+        --port-base 23456 -- python recipes/mnist-cnn/train.py --launcher multiworker
+
+This is what a cluster scheduler does for a job: it gives worker i the TF_CONFIG with task index i
+(and, with --gpus-per-worker, its own GPUs), streams the workers' output, and stops the others as
+soon as one fails, so that no worker waits forever on a collective its peer will never join. It exits
+with the first failing worker's code. One node picks free ports itself; several nodes agree on
+--port-base (ports port-base .. port-base+nproc-1 on every host must be free and reachable).
 """
 from __future__ import annotations
 
@@ -25,14 +30,18 @@ def build_tf_config(addresses: list[str], index: int) -> str:
 
 
 def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,
-                        host: str = "localhost") -> list[dict]:
-    """The environment additions of each worker: TF_CONFIG and, on GPUs, CUDA_VISIBLE_DEVICES."""
-    addresses = [f"{host}:{port}" for port in ports]
+                        hosts=("localhost",), node_index: int = 0) -> list[dict]:
+    """The environment additions of this node's workers: TF_CONFIG and, on GPUs, CUDA_VISIBLE_DEVICES.
+
+    Workers are numbered host by host: node k's local worker j is task k * nproc + j, and worker 0
+    of the first host is the chief.
+    """
+    addresses = [f"{host}:{port}" for host in hosts for port in ports]
     environments = []
-    for index in range(nproc):
-        env = {"TF_CONFIG": build_tf_config(addresses, index)}
+    for local in range(nproc):
+        env = {"TF_CONFIG": build_tf_config(addresses, node_index * nproc + local)}
         if gpus_per_worker:
-            first = index * gpus_per_worker
+            first = local * gpus_per_worker
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + gpus_per_worker))
         environments.append(env)
     return environments
@@ -56,6 +65,10 @@ def main(argv=None) -> int:
     parser.add_argument("--nproc", type=int, required=True, help="worker processes to start")
     parser.add_argument("--gpus-per-worker", type=int, default=0,
                         help="give worker i GPUs i*K .. i*K+K-1 (0: leave CUDA_VISIBLE_DEVICES alone)")
+    parser.add_argument("--hosts", default="localhost", help="comma-separated hosts of the job, in order")
+    parser.add_argument("--node-index", type=int, default=0, help="this host's position in --hosts")
+    parser.add_argument("--port-base", type=int, default=None,
+                        help="first worker port on every host (required with more than one host)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the worker command")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -63,9 +76,15 @@ def main(argv=None) -> int:
         parser.error("give the worker command after --, e.g. -- python train.py --launcher multiworker")
     if args.nproc < 1:
         parser.error(f"--nproc {args.nproc} must be at least 1")
+    hosts = [host for host in args.hosts.split(",") if host]
+    if not 0 <= args.node_index < len(hosts):
+        parser.error(f"--node-index {args.node_index} is not a position in --hosts {args.hosts}")
+    if len(hosts) > 1 and args.port_base is None:
+        parser.error("with more than one host, give every node the same --port-base")
+    ports = free_ports(args.nproc) if args.port_base is None else list(range(args.port_base, args.port_base + args.nproc))
 
     workers = []
-    for env in worker_environments(args.nproc, free_ports(args.nproc), args.gpus_per_worker):
+    for env in worker_environments(args.nproc, ports, args.gpus_per_worker, hosts, args.node_index):
         workers.append(subprocess.Popen(command, env={**os.environ, **env}))
     code = 0
     try:

@@ -82,3 +82,29 @@ def test_nsys_wraps_each_training_process_inside_the_launcher():
     assert plan.argv[nsys:nsys + 2] == ["nsys", "profile"]
     assert "/results/nsys-horovod-%p" in plan.argv
     assert plan.argv[-3:] == ["recipes/cityscapes-unet/train.py", "--launcher", "horovod"]
+
+
+def test_multiworker_across_hosts_gives_every_node_the_same_cluster():
+    plans = [build_launch("mnist-cnn", "multiworker", gpus=8, hosts=["n1", "n2"], node_index=i, port_base=3000)
+             for i in (0, 1)]
+    for index, plan in enumerate(plans):
+        assert plan.replicas == 16
+        assert plan.argv[3:13] == ["--nproc", "8", "--gpus-per-worker", "1", "--hosts", "n1,n2",
+                                   "--node-index", str(index), "--port-base", "3000"]
+    envs = [worker_environments(8, list(range(3000, 3008)), 1, ["n1", "n2"], node) for node in (0, 1)]
+    tasks = [json.loads(env["TF_CONFIG"])["task"]["index"] for node in envs for env in node]
+    assert tasks == list(range(16))
+    cluster = json.loads(envs[1][0]["TF_CONFIG"])["cluster"]["worker"]
+    assert cluster[0] == "n1:3000" and cluster[8] == "n2:3000" and len(cluster) == 16
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs[1]][:2] == ["0", "1"]
+
+
+def test_horovod_across_hosts_lists_the_slots_of_every_host():
+    plan = build_launch("mnist-cnn", "horovod", gpus=8, hosts=["n1", "n2"])
+    assert plan.argv[:5] == ["horovodrun", "-np", "16", "-H", "n1:8,n2:8"]
+    mpi = build_launch("mnist-cnn", "horovod", gpus=4, hosts=["a", "b", "c"], horovod_runner="mpirun")
+    assert mpi.argv[1:3] == ["-np", "12"] and "a:4,b:4,c:4" in mpi.argv
+    with pytest.raises(LaunchError, match="runs on one node"):
+        build_launch("mnist-cnn", "mirrored", gpus=8, hosts=["n1", "n2"])
+    with pytest.raises(LaunchError, match="--node-index 2 is not a position"):
+        build_launch("mnist-cnn", "multiworker", gpus=8, hosts=["n1", "n2"], node_index=2)
