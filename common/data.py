@@ -2,9 +2,13 @@
 
 Every launcher must see the same global batches in the same order, or it trains a different model.
 The rule used here: shuffle the *indices* of the examples (or the file list) with a seed per epoch,
-keep only whole global batches, then give input pipeline `p` of `P` the positions p, p+P, p+2P, ...
-Batched at the per-replica batch size, the replicas of step `i` together hold exactly global batch
-`i`, whether that is one device, N local replicas fed by one pipeline, or N workers with one each.
+keep only whole global batches, then split every global batch into contiguous per-replica slices:
+replica r of the job gets positions [r*b, (r+1)*b) of each global batch (b = per-replica batch), and
+input pipeline p, which feeds the replicas p*L .. p*L+L-1, gets their slices in that order.
+
+So the replicas of step i together hold exactly global batch i, and each replica holds the *same*
+examples whether the job is one process with N local replicas, N processes with one each, or any mix.
+That matters beyond the mean gradient: batch normalisation computes its statistics per replica.
 Only integers are shuffled and sharded; decoding happens afterwards, on this pipeline's share only.
 """
 from __future__ import annotations
@@ -71,6 +75,26 @@ def epoch_order(num_examples: int, global_batch: int, epoch: int, seed: int,
     return order[: steps_per_epoch(num_examples, global_batch) * global_batch]
 
 
+def global_order(num_examples: int, global_batch: int, total_steps: int, seed: int,
+                 start_step: int = 0, shuffle: bool = True) -> np.ndarray:
+    """Every example index the job trains on in global steps [start_step, total_steps), in order."""
+    per_epoch = steps_per_epoch(num_examples, global_batch)
+    parts = []
+    for epoch in range(start_step // per_epoch, -(-total_steps // per_epoch)):
+        order = epoch_order(num_examples, global_batch, epoch, seed, shuffle)
+        first = max(start_step - epoch * per_epoch, 0)
+        last = min(total_steps - epoch * per_epoch, per_epoch)
+        parts.append(order[first * global_batch: last * global_batch])
+    return np.concatenate(parts) if parts else np.zeros([0], np.int64)
+
+
+def pipeline_positions(shard: InputShard, num_positions: int) -> np.ndarray:
+    """Which positions of the global stream (of `num_positions`) this pipeline reads, in order."""
+    share = shard.global_batch // shard.num_pipelines  # contiguous: this pipeline's replicas' slices
+    positions = np.arange(num_positions, dtype=np.int64).reshape(-1, shard.num_pipelines, share)
+    return positions[:, shard.pipeline_id, :].reshape(-1)
+
+
 def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: int,
                   start_step: int = 0, shuffle: bool = True) -> np.ndarray:
     """This pipeline's example indices for global steps [start_step, total_steps), in order.
@@ -78,12 +102,5 @@ def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: 
     The result holds exactly (total_steps - start_step) * global_batch / num_pipelines indices,
     the same count on every pipeline, so no worker waits on a collective that another never joins.
     """
-    per_epoch = steps_per_epoch(num_examples, shard.global_batch)
-    parts = []
-    for epoch in range(start_step // per_epoch, -(-total_steps // per_epoch)):
-        order = epoch_order(num_examples, shard.global_batch, epoch, seed, shuffle)
-        first = max(start_step - epoch * per_epoch, 0)
-        last = min(total_steps - epoch * per_epoch, per_epoch)
-        parts.append(order[first * shard.global_batch: last * shard.global_batch])
-    order = np.concatenate(parts) if parts else np.zeros([0], np.int64)
-    return order[shard.pipeline_id:: shard.num_pipelines]
+    order = global_order(num_examples, shard.global_batch, total_steps, seed, start_step, shuffle)
+    return order[pipeline_positions(shard, len(order))]

@@ -98,6 +98,13 @@ class Launcher:
     def prepare(self, model, optimizer):
         """Called once the model and optimizer exist and any checkpoint is restored."""
 
+    def average_replicas(self, variables):
+        """Make every replica's copy of `variables` their mean across replicas.
+
+        For state that no gradient all-reduce keeps equal: batch-norm moving statistics are updated
+        by each replica from its own batch (Keras 3 creates them with aggregation NONE, so even
+        MirroredStrategy leaves the copies to drift). Averaging them keeps one model."""
+
     def local_fingerprints(self, variables) -> list[str]:
         per_replica = zip(*[_components(v) for v in variables])
         return [weights_fingerprint([c.numpy() for c in copies]) for copies in per_replica]
@@ -136,6 +143,23 @@ class StrategyLauncher(Launcher):
         outputs = self.strategy.run(replica_fn, args=tuple(batch))
         return {key: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
                 for key, value in outputs.items()}
+
+    def average_replicas(self, variables):
+        if not variables or self.num_replicas == 1:
+            return
+        # One flat vector per replica, from the replica's own copies, reduced to the mean.
+        per_replica = [tf.concat([tf.reshape(tf.cast(c, tf.float32), [-1]) for c in copies], 0)
+                       for copies in zip(*[_components(v) for v in variables])]
+        first_local = self.worker_index * self.local_replicas
+        values = self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: per_replica[ctx.replica_id_in_sync_group - first_local])
+        mean = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, values, axis=None)
+        offset = 0
+        for variable in variables:
+            size = int(np.prod(variable.shape))
+            value = tf.reshape(mean[offset:offset + size], variable.shape)
+            variable.assign(tf.cast(value, variable.dtype))  # cross-replica assign: every copy
+            offset += size
 
     def all_fingerprints(self, variables):
         local = self.local_fingerprints(variables)
@@ -278,6 +302,12 @@ class HorovodLauncher(Launcher):
         # be built (its slots created) before this, or its state would be left out.
         for variable in model.variables + optimizer.variables:
             variable.assign(self.hvd.broadcast(variable.value, root_rank=0))
+
+    def average_replicas(self, variables):
+        # Horovod: every rank replaces its copy with the mean over ranks.
+        means = self.hvd.grouped_allreduce([v.value for v in variables], op=self.hvd.Average) if variables else []
+        for variable, mean in zip(variables, means):
+            variable.assign(mean)
 
     def all_fingerprints(self, variables):
         return [fp for rank in self.hvd.allgather_object(self.local_fingerprints(variables)) for fp in rank]

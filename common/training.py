@@ -157,7 +157,18 @@ class Trainer:
 
         return train_step
 
+    def _replica_state(self):
+        """What must be identical on every replica: the trainable weights and the float state that
+        no gradient keeps in sync (batch-norm moving statistics)."""
+        model = self.model
+        drifting = [v for v in model.non_trainable_variables if "float" in str(v.dtype)]
+        return model.trainable_variables, drifting
+
+    def _sync_drifting_state(self) -> None:
+        self.launcher.average_replicas(self._replica_state()[1])
+
     def _save_checkpoint(self) -> None:
+        self._sync_drifting_state()  # a collective: every replica takes part, before anyone saves
         # Every worker saves (saving can involve collectives), but only the chief keeps its copy.
         # Horovod has no collectives in saving: only rank 0 writes.
         if self.launcher.name == "horovod" and not self.launcher.is_chief:
@@ -220,12 +231,14 @@ class Trainer:
                 self._save_checkpoint()
             last = time.perf_counter()  # checkpoint and logging time is not step time
 
+        # The last step always checkpoints, which also averaged the batch-norm statistics.
+        trainable, drifting = self._replica_state()
         if fault_desync_replica is not None:
-            launcher.perturb_replica(self.model.trainable_variables, fault_desync_replica)
-        self.fingerprints = launcher.all_fingerprints(self.model.trainable_variables)
+            launcher.perturb_replica(trainable, fault_desync_replica)
+        self.fingerprints = launcher.all_fingerprints(trainable + drifting)
         check_in_sync(self.fingerprints)
-        log(launcher, f"replicas in sync: {len(self.fingerprints)} identical weight fingerprints "
-                      f"({self.fingerprints[0]})")
+        log(launcher, f"replicas in sync: {len(self.fingerprints)} identical fingerprints of the weights "
+                      f"and batch-norm statistics ({self.fingerprints[0]})")
 
     # -- evaluation and results --------------------------------------------------------------------
     def evaluate(self, dataset, task: Task) -> dict:

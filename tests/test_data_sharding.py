@@ -57,3 +57,24 @@ def test_too_little_data_for_one_batch_is_a_clear_error():
 def test_global_batch_must_divide_over_pipelines():
     with pytest.raises(ValueError, match="does not divide"):
         InputShard(3, 0, 4, 10)
+
+
+def replica_batches(num_examples, global_batch, steps, seed, pipelines, replicas_per_pipeline):
+    """What every replica of the job trains on at every step, keyed by its global replica index.
+    A pipeline's batches go to its local replicas in turn (as tf.distribute and Horovod feed them)."""
+    per_replica = global_batch // (pipelines * replicas_per_pipeline)
+    batches = {}
+    for p in range(pipelines):
+        order = sharded_order(num_examples, InputShard(pipelines, p, per_replica, global_batch), steps, seed)
+        for k, start in enumerate(range(0, len(order), per_replica)):
+            replica = p * replicas_per_pipeline + k % replicas_per_pipeline
+            batches.setdefault(replica, []).append(sorted(order[start:start + per_replica]))
+    return batches
+
+
+@pytest.mark.parametrize("layouts", [[(1, 2), (2, 1)], [(1, 4), (2, 2), (4, 1)], [(1, 8), (2, 4), (8, 1)]])
+def test_each_replica_gets_the_same_examples_on_every_layout(layouts):
+    # Batch norm computes statistics per replica: one process with N devices and N processes with
+    # one device each must put the same examples on replica r, or they train different models.
+    runs = [replica_batches(800, 32, 12, 7, pipelines, local) for pipelines, local in layouts]
+    assert all(run == runs[0] for run in runs[1:])

@@ -21,7 +21,7 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 
-from common.data import DataError, InputShard, sharded_order
+from common.data import DataError, InputShard, global_order, pipeline_positions
 
 import layout
 
@@ -173,7 +173,7 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     scale is a zoom factor or a (min, max) range drawn per example. augment=False gives a centre
     crop, no scale, no flip. cache=True decodes this pipeline's examples once into memory (refused
     if they do not fit). shard_late=True reproduces the slow variant: every pipeline reads and
-    decodes the whole stream and keeps every num_pipelines-th example; same output, more work.
+    decodes the whole stream and keeps its own slices of every global batch; same output, more work.
     """
     index = read_index(data_dir, "train")
     height, width = index["height"], index["width"]
@@ -187,13 +187,12 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
 
     # Which examples to read, and each one's position in the global stream (the augmentation key).
     first = start_step * shard.global_batch
+    stream = global_order(count, shard.global_batch, total_steps, seed, start_step)
+    mine = pipeline_positions(shard, len(stream))
     if shard_late:
-        whole = InputShard(1, 0, shard.global_batch, shard.global_batch)
-        order = sharded_order(count, whole, total_steps, seed, start_step)
-        positions = first + np.arange(len(order))
+        order, positions = stream, first + np.arange(len(stream))
     else:
-        order = sharded_order(count, shard, total_steps, seed, start_step)
-        positions = first + shard.pipeline_id + shard.num_pipelines * np.arange(len(order))
+        order, positions = stream[mine], first + mine
     examples = tf.data.Dataset.from_tensor_slices((order, positions))
 
     if cache:
@@ -204,7 +203,10 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     examples = examples.map(lambda i, position: (*fetch(i), position),
                             num_parallel_calls=AUTOTUNE, deterministic=True)
     if shard_late:
-        examples = examples.shard(shard.num_pipelines, shard.pipeline_id)
+        # Keep this pipeline's slices of every global batch, after everything was decoded.
+        share = shard.global_batch // shard.num_pipelines
+        examples = examples.filter(
+            lambda image, categories, position: (position // share) % shard.num_pipelines == shard.pipeline_id)
 
     if augment:
         def transform(image, categories, position):

@@ -75,9 +75,9 @@ def test_augmentation_follows_the_example_across_launchers_and_resumes(data_dir)
     single = batches(data_dir, InputShard(1, 0, 4, 4), **kwargs)
     pipes = [batches(data_dir, shard, **kwargs) for shard in two_pipelines()]
     for step, (images, categories) in enumerate(single):
-        for slot in range(4):  # global slot j sits on pipeline j % 2 at position j // 2
-            np.testing.assert_array_equal(images[slot], pipes[slot % 2][step][0][slot // 2])
-            np.testing.assert_array_equal(categories[slot], pipes[slot % 2][step][1][slot // 2])
+        for slot in range(4):  # global slot j sits on pipeline j // 2 at position j % 2 (contiguous slices)
+            np.testing.assert_array_equal(images[slot], pipes[slot // 2][step][0][slot % 2])
+            np.testing.assert_array_equal(categories[slot], pipes[slot // 2][step][1][slot % 2])
     resumed = batches(data_dir, InputShard(1, 0, 4, 4), start_step=4, **kwargs)
     for (image, categories), (expected_image, expected_categories) in zip(resumed, single[4:], strict=True):
         np.testing.assert_array_equal(image, expected_image)

@@ -1,0 +1,217 @@
+"""Cassava ResNet50: fine-tune an ImageNet ResNet50 to tell four cassava leaf diseases from healthy leaves.
+
+Trains ResNet50 (ImageNet weights, no top) + global average pooling + Dense 1016 relu + Dense 5
+softmax on the 5,656 training photos of TFDS `cassava`, resized to 300x300, with Adam 1e-4 and
+32 images per replica for 15 epochs, then evaluates on the 1,889 validation photos. These are the
+seed tutorial's model and hyper-parameters. The same script runs under every launcher:
+
+    python recipes/cassava-resnet/train.py --launcher single --data-dir DIR
+    python recipes/cassava-resnet/train.py --launcher mirrored --data-dir DIR        # all local GPUs
+    python -m common.spawn --nproc 2 -- python recipes/cassava-resnet/train.py --launcher multiworker --data-dir DIR
+    horovodrun -np 4 -H localhost:4 python recipes/cassava-resnet/train.py --launcher horovod --data-dir DIR
+
+or all of them through `invoke run cassava-resnet --gpus N --launcher L -- --data-dir DIR`.
+
+Data: TFDS `cassava` prepared once in DIR (`download_cassava.py` on a machine with internet);
+`--synthetic` trains on generated images instead, for benchmarks and tests. Weights: `--weights
+imagenet` (downloaded by Keras, or already in ~/.keras/models), `none`, or a local weights file.
+"""
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import input_pipeline  # noqa: E402
+from common import cli, training  # noqa: E402
+from common.data import DataError, can_download  # noqa: E402
+from common.launchers import create_launcher  # noqa: E402
+
+RECIPE = "cassava-resnet"
+IMAGENET_NOTOP = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
+IMAGENET_URL = f"https://storage.googleapis.com/tensorflow/keras-applications/resnet/{IMAGENET_NOTOP}"
+IMAGENET_MD5 = "4d473c1dd8becc155b73f8504c6f6626"  # keras.applications.resnet WEIGHTS_HASHES["resnet50"]
+
+
+class WeightsError(DataError):
+    """Unusable --weights. A DataError, so the shared entry point prints it as one line."""
+
+
+# ## Data
+# Every photo is decoded and resized once, by one input pipeline, into a cache of uint8 images;
+# training batches are gathered from it by the indices of this pipeline's shard (see
+# input_pipeline.py). uint8 all the way to the model: a quarter of the bytes of float32.
+
+def load_train_split(args, launcher):
+    if args.synthetic:
+        return None, input_pipeline.synthetic_split(512, args.image_size, args.seed)
+    builder = input_pipeline.cassava_builder(args.data_dir, allow_download=launcher.num_workers == 1)
+    cache_dir = args.cache_dir or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tf-recipes", RECIPE)
+    arrays = input_pipeline.cache_split(builder, "train", args.image_size, cache_dir,
+                                        launcher.input_shard(args.batch_size), barrier=launcher.barrier,
+                                        log=lambda message: print(message, flush=True))  # every pipeline
+    return builder, arrays
+
+
+def make_eval_dataset(builder, args):
+    if builder is None:
+        return input_pipeline.arrays_dataset(input_pipeline.synthetic_split(128, args.image_size, args.seed + 1), 64)
+    return input_pipeline.make_eval_dataset(builder, "validation", args.image_size, batch_size=64)
+
+
+# ## Model
+# The ImageNet weights expect caffe-style inputs: BGR, 0..255, ImageNet mean subtracted (the seed
+# scaled to [0, 1] instead, which the pretrained filters never saw). That preprocessing is a layer
+# of the model, so the pipeline ships uint8, the accelerator does the arithmetic, and the saved
+# model cannot be fed the wrong scale. It and the softmax stay float32 under --amp.
+
+class ImageNetPreprocessing(keras.layers.Layer):
+    """uint8 RGB images -> keras.applications.resnet50.preprocess_input (caffe mode)."""
+
+    def call(self, images):
+        return keras.applications.resnet50.preprocess_input(keras.ops.cast(images, "float32"))
+
+
+def check_weights(weights):
+    """Fail before any work when --weights cannot be had: never a download that hangs or retries."""
+    if weights == "none":
+        return None
+    if weights == "imagenet":
+        # Where keras.utils.get_file keeps downloads: KERAS_HOME or ~/.keras, else /tmp/.keras.
+        homes = (os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "/tmp/.keras")
+        cached = [os.path.join(home, "models", IMAGENET_NOTOP) for home in homes]
+        host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")  # tests point it nowhere
+        if not any(os.path.isfile(path) for path in cached) and not can_download(host):
+            raise WeightsError(
+                f"--weights imagenet: the ImageNet ResNet50 weights are not in {cached[0]} and {host} cannot "
+                f"be reached to download them. Download {IMAGENET_URL} on a machine with internet and pass "
+                "--weights PATH/TO/FILE.h5 (or copy it to that folder), or train from scratch with --weights none")
+        return "imagenet"
+    if not os.path.isfile(weights):
+        raise WeightsError(f"--weights {weights}: no such file; give imagenet, none, or the path of a weights "
+                           f"file (the Keras {IMAGENET_NOTOP}, or final.weights.h5 from a run of this recipe)")
+    return weights
+
+
+def fetch_imagenet_weights(launcher):
+    """The chief downloads the weights into the Keras cache while the other processes wait; they
+    then find them there (same node or shared home) instead of all writing one file at once."""
+    def fetch():
+        try:
+            keras.utils.get_file(IMAGENET_NOTOP, IMAGENET_URL, cache_subdir="models", file_hash=IMAGENET_MD5)
+        except Exception as error:  # a proxy, a truncated download, a wrong hash
+            raise WeightsError(f"--weights imagenet: downloading {IMAGENET_URL} failed ({type(error).__name__}: "
+                               f"{error}); download it by hand and pass --weights PATH, or use --weights none"
+                               ) from None
+
+    if launcher.is_chief:
+        fetch()
+    launcher.barrier()
+    if not launcher.is_chief:
+        fetch()  # nothing to do when the chief's copy is visible here
+
+
+def build_model(image_size, weights):
+    inputs = keras.Input((image_size, image_size, 3), dtype="uint8", name="image")
+    x = ImageNetPreprocessing(dtype="float32", name="imagenet_preprocessing")(inputs)
+    backbone = keras.applications.ResNet50(include_top=False, weights="imagenet" if weights == "imagenet" else None,
+                                           input_shape=(image_size, image_size, 3))
+    x = backbone(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(1016, activation="relu")(x)
+    outputs = keras.layers.Dense(input_pipeline.NUM_CLASSES, activation="softmax", dtype="float32")(x)
+    model = keras.Model(inputs, outputs, name="cassava_resnet50")
+    if weights not in (None, "imagenet"):
+        load_weights_file(model, backbone, weights)
+    return model
+
+
+def load_weights_file(model, backbone, path):
+    """A backbone file (Keras' ResNet50 notop .h5, or a ResNet50 .weights.h5), else a whole-model file."""
+    errors = []
+    for target, what in ((backbone, "ResNet50 backbone"), (model, "whole model")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                target.load_weights(path)
+            except Exception as error:  # Keras raises ValueError, KeyError or OSError by file and mismatch
+                errors.append(f"as the {what}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
+                continue
+        # Keras only warns when it skips layers, which then keep their random initial weights.
+        skipped = [str(w.message) for w in caught if "Skipping" in str(w.message)]
+        if skipped:
+            errors.append(f"as the {what}: {len(skipped)} layer groups were not in the file")
+            continue
+        print(f"--weights: loaded {path} into the {what}", flush=True)
+        return
+    raise WeightsError(f"--weights {path} is not a weights file this model can load ({'; '.join(errors)}). "
+                       f"Give the Keras {IMAGENET_NOTOP}, a final.weights.h5 of this recipe, or --weights none")
+
+
+TASK = training.Task(
+    loss_fn=keras.losses.sparse_categorical_crossentropy,
+    metric_sums=lambda y, p: {"correct": tf.reduce_sum(tf.cast(tf.equal(tf.cast(tf.argmax(p, -1), tf.int32), y), tf.float32))},
+    summarize=lambda sums: {"accuracy": float(sums["correct"] / sums["examples"])},
+)
+
+
+def main():
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=32, epochs=15, lr=1e-4)
+    # A fine-tuning recipe meant for several GPUs: the learning rate grows with the global batch
+    # (with warm-up) unless --no-scale-lr.
+    parser.set_defaults(scale_lr=True)
+    parser.add_argument("--image-size", type=cli.positive_int, default=300,
+                        help="photos are resized to this square size (ResNet50 needs at least 32)")
+    parser.add_argument("--weights", default="imagenet",
+                        help="imagenet | none | PATH of a weights file (.h5 or .weights.h5)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="where the resized training images are cached (default: ~/.cache/tf-recipes/"
+                             "cassava-resnet); node-local scratch or a shared file system")
+    args = parser.parse_args()
+    results_dir = args.results_dir or os.path.join("results", RECIPE)
+    if args.image_size < 32:
+        parser.error(f"--image-size {args.image_size} is below ResNet50's minimum of 32")
+
+    # The launcher comes first: it may split the CPU into logical devices before TF initialises.
+    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective)
+    keras.utils.set_random_seed(args.seed)
+    precision = training.configure_precision(args.amp)
+    weights = check_weights(args.weights)  # before the data: a bad --weights fails in seconds
+    if weights == "imagenet":
+        fetch_imagenet_weights(launcher)
+
+    builder, train_arrays = load_train_split(args, launcher)
+    trainer = training.Trainer(
+        launcher, RECIPE, num_examples=len(train_arrays), per_replica_batch=args.batch_size,
+        epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile)
+
+    with launcher.scope():
+        model = build_model(args.image_size, weights)
+        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
+        optimizer = keras.optimizers.Adam(rate)
+    trainer.setup(model, optimizer)
+
+    dataset = launcher.distribute_dataset(
+        lambda shard: input_pipeline.make_train_dataset(train_arrays, shard, trainer.total_steps, args.seed,
+                                                        trainer.start_step),
+        args.batch_size)
+    # fit() also averages the batch-norm moving statistics over the replicas and checks them.
+    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica)
+
+    if launcher.is_chief:
+        validation = trainer.evaluate(make_eval_dataset(builder, args), TASK)
+        training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")
+        trainer.save_results({"final_metrics": {"validation": validation}, "precision": precision,
+                              "data": "synthetic" if args.synthetic else "cassava",
+                              "image_size": args.image_size, "weights": args.weights})
+
+
+if __name__ == "__main__":
+    cli.run_main(main)
