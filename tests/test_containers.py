@@ -133,3 +133,31 @@ def test_cityscapes_trains_inside_the_container(cityscapes_image, cityscapes_dat
     assert results["recipe"] == "cityscapes-unet" and results["replicas"] == 2
     assert len(set(results["replica_fingerprints"])) == 1
     assert results["final_metrics"]["val"]["examples"] == 4
+
+
+# -- cassava-resnet: a generated, prepared TFDS directory mounted read-only at /data -----------------
+
+@pytest.fixture(scope="module")
+def cassava_image(cpu_base):
+    return build_recipe("cassava-resnet")
+
+
+@pytest.fixture(scope="module")
+def cassava_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cassava-docker")
+    assert_ok(run_python("recipes/cassava-resnet/generated_cassava.py", str(root), "--train", "16",
+                         "--validation", "8", "--test", "8"))
+    return root
+
+
+@pytest.mark.parametrize("name", ["mirrored", "multiworker", "horovodrun"])
+def test_cassava_trains_inside_the_container(cassava_image, cassava_data, engine, tmp_path, name):
+    process = run_invoke("run", "cassava-resnet", "--gpus", "0", *RUNS[name], "--runtime", "docker",
+                         "--data-dir", str(cassava_data), "--results-dir", str(tmp_path), "--",
+                         "--max-steps", "3", "--weights", "none", "--image-size", "64", "--batch-size", "2",
+                         "--log-every", "1", env=engine)
+    assert_ok(process)
+    results = read_results(tmp_path)
+    assert results["recipe"] == "cassava-resnet" and results["replicas"] == 2
+    assert len(set(results["replica_fingerprints"])) == 1
+    assert results["final_metrics"]["validation"]["examples"] == 8
