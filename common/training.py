@@ -39,6 +39,16 @@ class Task:
     summarize: Callable = lambda sums: {}  # {name: total} (with "examples") -> {metric: value}
 
 
+def classification_task() -> Task:
+    """Sparse categorical cross-entropy and accuracy, for models that end in a softmax over classes."""
+    def correct(y_true, y_pred):
+        predicted = tf.cast(tf.argmax(y_pred, axis=-1), y_true.dtype)
+        return {"correct": tf.reduce_sum(tf.cast(tf.equal(predicted, y_true), tf.float32))}
+
+    return Task(loss_fn=keras.losses.sparse_categorical_crossentropy, metric_sums=correct,
+                summarize=lambda sums: {"accuracy": float(sums["correct"] / sums["examples"])})
+
+
 def configure_precision(amp: bool) -> str:
     """--amp: mixed_float16 on GPU (tensor cores), mixed_bfloat16 on CPU (no loss scaling needed)."""
     policy = "float32"

@@ -153,11 +153,7 @@ def load_weights_file(model, backbone, path):
                        f"Give the Keras {IMAGENET_NOTOP}, a final.weights.h5 of this recipe, or --weights none")
 
 
-TASK = training.Task(
-    loss_fn=keras.losses.sparse_categorical_crossentropy,
-    metric_sums=lambda y, p: {"correct": tf.reduce_sum(tf.cast(tf.equal(tf.cast(tf.argmax(p, -1), tf.int32), y), tf.float32))},
-    summarize=lambda sums: {"accuracy": float(sums["correct"] / sums["examples"])},
-)
+TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 
 
 def main():

@@ -118,11 +118,7 @@ def build_model(dropout=True):
     ], name="mnist_cnn")
 
 
-TASK = training.Task(
-    loss_fn=keras.losses.sparse_categorical_crossentropy,
-    metric_sums=lambda y, p: {"correct": tf.reduce_sum(tf.cast(tf.equal(tf.cast(tf.argmax(p, -1), tf.int32), y), tf.float32))},
-    summarize=lambda sums: {"accuracy": float(sums["correct"] / sums["examples"])},
-)
+TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 
 
 def main():
@@ -144,7 +140,7 @@ def main():
         launcher, RECIPE, num_examples=len(x_train), per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla)
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile)
 
     with launcher.scope():
         model = build_model(dropout=not args.no_dropout)
