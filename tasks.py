@@ -314,11 +314,17 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
 def bootstrap(c, rootfs="build/debian-rootfs", dry=False):
     """Make a Debian bookworm base image with debootstrap, for machines that reach no registry."""
     cfg = settings(c)
-    if os.path.exists(rootfs) and not dry:
-        shutil.rmtree(rootfs)
-    for argv in containers.build_debian_base_commands(rootfs, rootfs + ".tar", cfg["debian_base"], docker=docker_client(c)):
+    rootfs = os.path.abspath(rootfs)  # debootstrap changes directory: a relative path would break
+    if not dry:
+        shutil.rmtree(rootfs, ignore_errors=True)
+        os.makedirs(os.path.dirname(rootfs), exist_ok=True)
+    tarball = rootfs + ".tar"
+    for argv in containers.build_debian_base_commands(rootfs, tarball, cfg["debian_base"], docker=docker_client(c)):
         if execute(argv, dry=dry):
             raise Exit(f"making {cfg['debian_base']} failed at: {shlex.join(argv)}", code=1)
+    if not dry:  # the image holds it now; the ~200 MB tree and the ~120 MB tarball are not needed
+        shutil.rmtree(rootfs, ignore_errors=True)
+        os.remove(tarball)
 
 
 @task(help={"base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",

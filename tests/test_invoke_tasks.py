@@ -1,4 +1,6 @@
 """invoke tasks as a user meets them: help text, --dry, one-line errors for bad input."""
+import os
+
 import pytest
 
 from helpers import run_invoke
@@ -57,3 +59,12 @@ def test_nsys_adds_the_profiling_capability_only_when_asked():
 def test_container_paths_must_go_to_invoke_so_they_are_mounted():
     process = run_invoke("run", "mnist-cnn", "--runtime", "docker", "--dry", "--", "--data-dir", "/srv/mnist")
     assert process.returncode == 2 and "give --data-dir to invoke run (before --)" in process.stderr
+
+
+def test_bootstrap_gives_debootstrap_an_absolute_root(tmp_path):
+    process = run_invoke("images.bootstrap", "--rootfs", "relative/rootfs", "--dry")
+    assert process.returncode == 0
+    lines = [line for line in process.stdout.splitlines() if line.startswith("+ ")]
+    assert lines[0].split()[1] == "debootstrap"
+    assert os.path.isabs(lines[0].split()[-1]) and lines[0].endswith("relative/rootfs")
+    assert " import " in lines[-1] and lines[-1].endswith("tf-recipes/debian:bookworm")
