@@ -27,19 +27,20 @@ def engine():
         if os.environ.get("TF_RECIPES_STRICT") == "1":
             pytest.fail(message)
         pytest.skip(message)
-    # NVIDIA's flags ask for an unlimited memlock; some sandboxes refuse to raise it. Use the
-    # recommended flag wherever the host allows it, else leave the limit alone.
-    probe = docker("run", "--rm", "--ulimit", "memlock=-1", "tf-recipes/debian:bookworm", "true") \
-        if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode == 0 else None
-    return {"INVOKE_TF_RECIPES_MEMLOCK": "-1" if probe and probe.returncode == 0 else ""}
+    return {}
 
 
 @pytest.fixture(scope="module")
 def cpu_base(engine):
-    """invoke images.bootstrap (once per machine), then images.cpu (cached after the first build)."""
+    """invoke images.bootstrap (once per machine), then images.cpu (cached after the first build).
+
+    Also sets the memlock choice for the runs: NVIDIA's flags ask for an unlimited memlock, which
+    some sandboxes refuse to raise; use the recommended flag wherever the host allows it."""
     if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode != 0:
         assert_ok(run_invoke("images.bootstrap", timeout=BUILD_TIMEOUT))
     assert_ok(run_invoke("images.cpu", timeout=BUILD_TIMEOUT))
+    probe = docker("run", "--rm", "--ulimit", "memlock=-1", "tf-recipes/debian:bookworm", "true")
+    engine["INVOKE_TF_RECIPES_MEMLOCK"] = "-1" if probe.returncode == 0 else ""
     return "tf-recipes/cpu-base:latest"
 
 
