@@ -248,7 +248,7 @@ class Trainer:
         self.fingerprints = launcher.all_fingerprints(trainable + drifting)
         check_in_sync(self.fingerprints)
         log(launcher, f"replicas in sync: {len(self.fingerprints)} identical fingerprints of the weights "
-                      f"and batch-norm statistics ({self.fingerprints[0]})")
+                      f"and any batch-norm statistics ({self.fingerprints[0]})")
 
     # -- evaluation and results --------------------------------------------------------------------
     def evaluate(self, dataset, task: Task) -> dict:
