@@ -6,6 +6,7 @@ always from the repository root (in the images: /workspace/tf-recipes).
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 
 LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
@@ -65,12 +66,18 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
                  train_args: list[str] = (), horovod_runner: str = "horovodrun",
                  python: str = "python", horovodrun: str = "horovodrun",
                  nsys_output: str | None = None, hosts=(), node_index: int = 0,
-                 port_base: int = 23456) -> LaunchPlan:
+                 port_base: int = 23456, hostfile: str | None = None, hostfile_nodes: int = 0,
+                 ssh_options=()) -> LaunchPlan:
     """The argv and environment that run `recipe` under `launcher` on one node.
 
     `hosts` (two or more) makes a job of several nodes without a scheduler: multiworker runs the
     returned command on every host, each with its `node_index`; horovod runs it once, on the first
     host, and reaches the others over ssh. Replicas are per node (`gpus` or `cpu_replicas`).
+
+    `hostfile` (horovod only) names a file that lists the nodes instead, one `HOST slots=N` line per
+    node, as the MPI Operator writes /etc/mpi/hostfile; `hostfile_nodes` says how many lines it has.
+    `ssh_options` go to the ssh that mpirun starts remote ranks with (`-o StrictHostKeyChecking=no`);
+    horovodrun has its own (it already skips host key checks).
 
     `nsys_output` (a folder) wraps every training process in Nsight Systems' `nsys profile`, one
     report per process (%p is its pid), inside whatever starts the processes.
@@ -83,13 +90,14 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
         raise LaunchError(f"--launcher {launcher} runs on one node; with --hosts use multiworker or horovod")
     if hosts and not 0 <= node_index < len(hosts):
         raise LaunchError(f"--node-index {node_index} is not a position in --hosts {','.join(hosts)}")
-    nodes = max(len(hosts), 1)
-    train = [python, f"recipes/{recipe}/train.py", "--launcher", launcher, *train_args]
+    if hostfile and (launcher != "horovod" or hosts or hostfile_nodes < 1):
+        raise LaunchError("a hostfile is for --launcher horovod without --hosts, with its node count")
+    nodes = hostfile_nodes if hostfile else max(len(hosts), 1)
+    train = build_train_command(recipe, launcher, train_args, python=python)
     if nsys_output:
         train = ["nsys", "profile", "--trace=cuda,cudnn,cublas,nvtx,osrt", "--force-overwrite=true",
                  "--output", f"{nsys_output}/nsys-{launcher}-%p", *train]
-    # No GPU asked for: hide any that exist, so that --gpus 0 means the same run everywhere.
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), "TF_CPP_MIN_LOG_LEVEL": "1"}
+    env = launch_environment(gpus)
 
     if launcher == "single":
         argv = train
@@ -102,17 +110,45 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
             argv += ["--hosts", ",".join(hosts), "--node-index", str(node_index), "--port-base", str(port_base)]
         argv += ["--", *train]
     elif horovod_runner == "horovodrun":
-        slots = ",".join(f"{host}:{replicas}" for host in hosts or ["localhost"])
-        argv = [horovodrun, "-np", str(replicas * nodes), "-H", slots]
+        argv = [horovodrun, "-np", str(replicas * nodes)]
+        if hostfile:
+            argv += ["--hostfile", hostfile]
+        else:
+            argv += ["-H", ",".join(f"{host}:{replicas}" for host in hosts or ["localhost"])]
         argv += [] if gpus else ["--gloo"]  # CPU: Gloo needs no MPI install
         argv += train
     else:
         argv = ["mpirun", "-np", str(replicas * nodes), "--bind-to", "none", "--map-by", "slot"]
-        argv += ["-H", ",".join(f"{host}:{replicas}" for host in hosts)] if nodes > 1 else []
+        if hostfile:
+            argv += ["--hostfile", hostfile]
+        elif nodes > 1:
+            argv += ["-H", ",".join(f"{host}:{replicas}" for host in hosts)]
+        if ssh_options:
+            argv += ["--mca", "plm_rsh_args", " ".join(ssh_options)]
         for name in sorted(env) + ["PATH", "LD_LIBRARY_PATH", "PYTHONPATH"]:
             argv += ["-x", name]  # mpirun passes only the variables it is told to
         argv += train
     return LaunchPlan(argv=argv, env=env, replicas=replicas * nodes)
+
+
+class ShellWord(str):
+    """A word written for a shell script as it stands, such as "$RESULTS"; `shell_join` quotes the rest."""
+
+
+def shell_join(argv) -> str:
+    return " ".join(word if isinstance(word, ShellWord) else shlex.quote(word) for word in argv)
+
+
+def build_train_command(recipe: str, launcher: str, train_args=(), python: str = "python") -> list[str]:
+    """One training process: what every launcher, scheduler task (srun) and pod finally runs."""
+    check_choice("launcher", launcher, LAUNCHERS)
+    return [python, f"recipes/{recipe}/train.py", "--launcher", launcher, *train_args]
+
+
+def launch_environment(gpus: int) -> dict[str, str]:
+    """The environment every launcher adds. No GPU asked for: hide any that exist, so that --gpus 0
+    means the same run everywhere."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
 def run_dir_name(recipe: str, launcher: str, stamp: str) -> str:

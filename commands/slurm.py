@@ -5,57 +5,111 @@ per node with all its GPUs (mirrored, single node only).
     horovod      srun --mpi=pmix python train.py --launcher horovod   (Horovod's MPI controller)
     mirrored     srun --ntasks=1 python train.py --launcher mirrored
 
-With a .sif image every task runs inside Apptainer (`apptainer exec --nv`), the way HPC sites run
-containers; without one, the tasks run the checkout's Python on the compute nodes.
+A task runs in one of three ways: the checkout's Python on the compute nodes; inside Apptainer with a
+.sif image (`apptainer exec --nv`), as most HPC sites run containers; or inside an Enroot container
+started by the Pyxis plugin (`srun --container-image`), as NVIDIA's own clusters do.
+
+Stopping: the script asks SLURM for SIGUSR1 `signal_grace` seconds before the time limit, sent to
+every task; the tasks then stop at the same step, checkpoint and exit with 143 (see
+common/stopping.py). With `requeue=True` the script puts the job back in the queue when that
+happens; the results folder is keyed by SLURM_JOB_ID, which a requeued job keeps, and train.py always
+gets --resume, so the job carries on from the checkpoint by itself.
 """
 from __future__ import annotations
 
+import re
 import shlex
 
-from commands.launch import LaunchError, check_choice
+from commands.launch import LaunchError, ShellWord, build_train_command, check_choice, shell_join
 
 SLURM_LAUNCHERS = ("multiworker", "horovod", "mirrored", "single")
+STOP_EXIT_STATUS = 143  # common.stopping.STOP_EXIT_STATUS; commands/ does not import TensorFlow code
+DEFAULT_SIGNAL_GRACE = 120
+
+# Every form sbatch's --time takes: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
+_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE|infinite|unlimited")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # job, account and partition names
+_NAMES = re.compile(rf"{_NAME.pattern}(,{_NAME.pattern})*")  # --partition takes a list
+
+
+def check_sbatch_fields(*, time: str, job_name: str, partition: str | None, account: str | None,
+                        signal_grace: int) -> None:
+    """Refuse, with a LaunchError naming the value, what sbatch would reject after submission."""
+    if not _TIME.fullmatch(time or ""):
+        raise LaunchError(f"--time {time!r} is not a SLURM time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM "
+                          "or D-HH:MM:SS, e.g. 04:00:00 or 1-12:00:00")
+    if not _NAME.fullmatch(job_name or ""):
+        raise LaunchError(f"--job-name {job_name!r} must be letters, digits and . _ + - (no spaces)")
+    if partition is not None and not _NAMES.fullmatch(partition):
+        raise LaunchError(f"--partition {partition!r} must be a partition name (or a comma-separated "
+                          "list), without spaces")
+    if account is not None and not _NAME.fullmatch(account):
+        raise LaunchError(f"--account {account!r} must be an account name, without spaces")
+    if not 1 <= signal_grace <= 65535:
+        raise LaunchError(f"--signal-grace {signal_grace} must be 1..65535 seconds before the time limit")
 
 
 def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int, train_args=(),
-                  sif: str | None = None, data_dir: str | None = None, time: str = "01:00:00",
-                  partition: str | None = None, account: str | None = None,
-                  cpus_per_task: int = 8, tasks_per_node: int | None = None) -> str:
+                  sif: str | None = None, container_image: str | None = None, data_dir: str | None = None,
+                  time: str = "01:00:00", partition: str | None = None, account: str | None = None,
+                  job_name: str | None = None, cpus_per_task: int = 8, tasks_per_node: int | None = None,
+                  signal_grace: int = DEFAULT_SIGNAL_GRACE, requeue: bool = False) -> str:
     """The text of an sbatch script; submit it from the repository root with `sbatch FILE`."""
+    job_name = f"tf-recipes-{recipe}" if job_name is None else job_name
+    check_sbatch_fields(time=time, job_name=job_name, partition=partition, account=account,
+                        signal_grace=signal_grace)
     check_choice("launcher", launcher, SLURM_LAUNCHERS)
     if nodes < 1 or gpus_per_node < 0:
         raise LaunchError(f"--nodes {nodes} / --gpus-per-node {gpus_per_node}: need nodes >= 1, gpus >= 0")
     if launcher in ("mirrored", "single") and nodes != 1:
         raise LaunchError(f"--launcher {launcher} runs on one node, not {nodes}; use multiworker or horovod")
+    if sif and container_image:
+        raise LaunchError("give --sif (Apptainer) or --container-image (Pyxis), not both")
+    if container_image and any(c.isspace() or c == "," for c in container_image):
+        raise LaunchError(f"--container-image {container_image!r} must not contain spaces or commas")
+    if data_dir and container_image and ("," in data_dir or ":" in data_dir):
+        raise LaunchError(f"--data-dir {data_dir!r} contains ',' or ':', which --container-mounts cannot take")
     # One task per GPU; on CPU-only nodes `tasks_per_node` worker processes (default 1).
     per_node_tasks = 1 if launcher in ("mirrored", "single") else (gpus_per_node or tasks_per_node or 1)
     directives = [
-        f"--job-name=tf-recipes-{recipe}",
+        f"--job-name={job_name}",
         f"--nodes={nodes}",
         f"--ntasks-per-node={per_node_tasks}",
         f"--cpus-per-task={cpus_per_task}",
         f"--time={time}",
         "--output=%x-%j.out",
+        # Without "B:" SLURM signals the tasks of every step (not the batch shell): they checkpoint.
+        f"--signal=USR1@{signal_grace}",
     ]
     if gpus_per_node:
         directives.insert(3, f"--gpus-per-node={gpus_per_node}")
     directives += [f"--partition={partition}"] if partition else []
     directives += [f"--account={account}"] if account else []
+    directives += ["--requeue"] if requeue else []
 
-    inside = bool(sif)
-    train = ["python", f"recipes/{recipe}/train.py", "--launcher", launcher, *train_args,
-             "--results-dir", "/results" if inside else '"$RESULTS"']
+    inside = bool(sif or container_image)
+    train_args = list(train_args)
+    if "--resume" not in train_args:
+        train_args.append("--resume")  # no checkpoint yet: starts at step 0; after a requeue: resumes
+    train_args += ["--results-dir", "/results" if inside else ShellWord('"$RESULTS"')]
     if data_dir:
-        train += ["--data-dir", "/data" if inside else shlex.quote(data_dir)]
-    srun = ["srun"] + (["--mpi=pmix"] if launcher == "horovod" else [])
-    if inside:
-        binds = ['--bind "$RESULTS":/results'] + ([f"--bind {shlex.quote(data_dir)}:/data:ro"] if data_dir else [])
+        train_args += ["--data-dir", "/data" if inside else data_dir]
+    train = build_train_command(recipe, launcher, train_args)
+    srun = ["srun", "--kill-on-bad-exit=1"] + (["--mpi=pmix"] if launcher == "horovod" else [])
+    if sif:
+        binds = ["--bind", ShellWord('"$RESULTS":/results')] + (["--bind", f"{data_dir}:/data:ro"] if data_dir else [])
         # No --cleanenv here: the tasks need SLURM_* (cluster resolver) and PMIX_* (MPI) inside.
         runner = ["apptainer", "exec"] + (["--nv"] if gpus_per_node else []) + binds + \
-                 ["--pwd", "/workspace/tf-recipes", shlex.quote(sif)]
+                 ["--pwd", "/workspace/tf-recipes", sif]
+    elif container_image:
+        # Pyxis passes the task's environment (SLURM_*, PMIX_*) into the container, and exposes the
+        # node's GPUs that SLURM gave the task.
+        mounts = ShellWord('--container-mounts="$RESULTS":/results' +
+                      ("," + shlex.quote(f"{data_dir}:/data:ro") if data_dir else ""))
+        runner = [f"--container-image={container_image}", mounts, "--container-workdir=/workspace/tf-recipes"]
     else:
         runner = []
-    command = " ".join(srun + runner + [word if word.startswith('"$') else shlex.quote(word) for word in train])
+    command = shell_join(srun + runner + train)
     lines = ["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
         "",
         f"# {recipe} with --launcher {launcher} on {nodes} node(s) x {gpus_per_node} GPU(s).",
@@ -72,5 +126,24 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         lines.append("# gives each task its GPU. The chief (task 0) writes results.json.")
     elif launcher == "horovod":
         lines.append("# Each task is one Horovod rank (MPI through PMIx); rank 0 writes results.json.")
-    lines += [command, ""]
+    lines += [
+        "# --kill-on-bad-exit=1: when one task fails, srun ends the others instead of leaving them waiting.",
+        "status=0",
+        f"{command} || status=$?",
+    ]
+    if requeue:
+        lines += [
+            f"if [ \"$status\" -eq {STOP_EXIT_STATUS} ]; then",
+            "    # Stopped on a signal with a checkpoint: back into the queue, same job id and results folder.",
+            '    echo "stopped with a checkpoint in $RESULTS; requeueing job $SLURM_JOB_ID" >&2',
+            '    scontrol requeue "$SLURM_JOB_ID"',
+            "fi",
+        ]
+    else:
+        lines += [
+            f"if [ \"$status\" -eq {STOP_EXIT_STATUS} ]; then",
+            '    echo "stopped with a checkpoint in $RESULTS (submit with --requeue to continue by itself)" >&2',
+            "fi",
+        ]
+    lines += ['exit "$status"', ""]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
 """Unit tests of the sbatch script renderer (commands/slurm.py)."""
+import re
 import subprocess
 
 import pytest
@@ -20,18 +21,19 @@ def test_horovod_in_apptainer_runs_one_rank_per_gpu_through_pmix():
                          sif="/sif/c.sif", data_dir="/shared/cs")
     assert {"--nodes=2", "--ntasks-per-node=8", "--gpus-per-node=8"} <= set(directives(text))
     line = srun_line(text)
-    assert line.startswith("srun --mpi=pmix apptainer exec --nv ")
+    assert line.startswith("srun --kill-on-bad-exit=1 --mpi=pmix apptainer exec --nv ")
     assert "--bind /shared/cs:/data:ro" in line and '--bind "$RESULTS":/results' in line
     assert "--cleanenv" not in line  # SLURM_* and PMIX_* must reach the tasks
     assert line.endswith("/sif/c.sif python recipes/cityscapes-unet/train.py --launcher horovod --amp "
-                         "--results-dir /results --data-dir /data")
+                         "--resume --results-dir /results --data-dir /data || status=$?")
 
 
 def test_multiworker_without_container_uses_the_checkout():
     text = render_sbatch("mnist-cnn", "multiworker", nodes=2, gpus_per_node=0, tasks_per_node=2)
     assert "--ntasks-per-node=2" in directives(text)
     assert not any(d.startswith("--gpus-per-node") for d in directives(text))
-    assert srun_line(text) == 'srun python recipes/mnist-cnn/train.py --launcher multiworker --results-dir "$RESULTS"'
+    assert srun_line(text) == ('srun --kill-on-bad-exit=1 python recipes/mnist-cnn/train.py --launcher multiworker '
+                               '--resume --results-dir "$RESULTS" || status=$?')
     assert 'export PYTHONPATH="$PWD' in text
 
 
@@ -48,3 +50,83 @@ def test_script_is_valid_bash():
     assert {"--partition=gpu", "--account=ml"} <= set(directives(text))
     assert "'a b.sif'" in srun_line(text)
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_pyxis_runs_each_task_in_the_image_with_the_same_mounts():
+    text = render_sbatch("cityscapes-unet", "horovod", nodes=2, gpus_per_node=8, data_dir="/shared/cs",
+                         container_image="nvcr.io#nvidia/tensorflow:25.02-tf2-py3")
+    line = srun_line(text)
+    assert line.startswith("srun --kill-on-bad-exit=1 --mpi=pmix '--container-image=nvcr.io#nvidia/tensorflow:25.02-tf2-py3' ")
+    assert ' --container-mounts="$RESULTS":/results,/shared/cs:/data:ro ' in line
+    assert " --container-workdir=/workspace/tf-recipes python recipes/cityscapes-unet/train.py " in line
+    assert "export PYTHONPATH" not in text  # the image sets it
+    multiworker = srun_line(render_sbatch("mnist-cnn", "multiworker", nodes=2, gpus_per_node=4,
+                                          container_image="/shared/sqsh/mnist-cnn_ngc.sqsh"))
+    assert "--mpi" not in multiworker and "--container-mounts=\"$RESULTS\":/results " in multiworker
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    with pytest.raises(LaunchError, match="not both"):
+        render_sbatch("mnist-cnn", "horovod", nodes=1, gpus_per_node=8, sif="a.sif", container_image="b")
+    with pytest.raises(LaunchError, match="'/data,x'"):
+        render_sbatch("mnist-cnn", "horovod", nodes=1, gpus_per_node=8, container_image="b", data_dir="/data,x")
+
+
+def test_scripts_ask_for_an_early_signal_and_stop_all_tasks_on_a_failure():
+    text = render_sbatch("mnist-cnn", "multiworker", nodes=2, gpus_per_node=4)
+    assert "--signal=USR1@120" in directives(text)  # no "B:": the signal reaches the tasks
+    assert "--signal=USR1@600" in directives(render_sbatch("mnist-cnn", "horovod", nodes=1, gpus_per_node=1,
+                                                           signal_grace=600))
+    assert "--requeue" not in directives(text) and "scontrol requeue" not in text
+    assert all("--kill-on-bad-exit=1" in line for line in text.splitlines() if line.startswith("srun"))
+
+
+def run_script_with_srun_status(tmp_path, text, status):
+    """Run the script's shell logic with an srun that exits `status` and an scontrol that logs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in (("srun", f"exit {status}"), ("scontrol", f'echo "$@" >> {tmp_path}/scontrol.log')):
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_ID": "77"}
+    process = subprocess.run(["bash", "-c", text], env=env, capture_output=True, text=True)
+    log = tmp_path / "scontrol.log"
+    return process, log.read_text() if log.exists() else ""
+
+
+@pytest.mark.parametrize("status,requeued", [(143, True), (0, False), (2, False), (4, False)])
+def test_requeue_puts_back_only_a_job_that_stopped_with_a_checkpoint(tmp_path, status, requeued):
+    text = render_sbatch("mnist-cnn", "multiworker", nodes=1, gpus_per_node=0, tasks_per_node=2, requeue=True)
+    assert "--requeue" in directives(text)
+    process, scontrol = run_script_with_srun_status(tmp_path, text, status)
+    # set -e must not end the script before the status is checked, and the job ends with srun's status.
+    assert process.returncode == status, process.stderr
+    assert scontrol == ("requeue 77\n" if requeued else "")
+    # The results folder is keyed by the job id, which a requeued job keeps; train.py always resumes.
+    assert (tmp_path / "results" / "mnist-cnn" / "slurm-77").is_dir()
+    assert "--resume --results-dir" in srun_line(text)
+
+
+def test_a_given_resume_is_not_doubled():
+    line = srun_line(render_sbatch("mnist-cnn", "multiworker", nodes=1, gpus_per_node=1, train_args=["--resume"]))
+    assert line.count("--resume") == 1
+
+
+@pytest.mark.parametrize("time", ["30", "30:00", "04:00:00", "2-12", "2-12:30", "2-12:30:00", "UNLIMITED"])
+def test_every_time_format_sbatch_takes_is_accepted(time):
+    assert f"--time={time}" in directives(render_sbatch("mnist-cnn", "horovod", nodes=1, gpus_per_node=1,
+                                                        time=time))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("time", "abc", "--time 'abc' is not a SLURM time"),
+    ("time", "1:2:3:4", "--time '1:2:3:4'"),
+    ("time", "1-", "--time '1-'"),
+    ("time", "", "--time ''"),
+    ("partition", "gpu large", "--partition 'gpu large'"),
+    ("account", "my account", "--account 'my account'"),
+    ("job_name", "my job", "--job-name 'my job'"),
+    ("job_name", "x\n#SBATCH --exclusive", "--job-name"),
+    ("signal_grace", 0, "--signal-grace 0"),
+])
+def test_fields_sbatch_would_reject_are_refused_naming_the_value(field, value, message):
+    with pytest.raises(LaunchError, match=re.escape(message)):
+        render_sbatch("mnist-cnn", "horovod", nodes=1, gpus_per_node=1, **{field: value})
