@@ -1,0 +1,225 @@
+"""Kubernetes manifests for a recipe, as plain dicts (render them with `render_yaml`).
+
+Three ways to run a job of W workers with G GPUs each; the commands inside come from the same
+builders as `invoke run` and `invoke sbatch` (commands/launch.py):
+
+    mpijob  MPIJob kubeflow.org/v2beta1 (MPI Operator): horovod. Workers run sshd; the launcher pod
+            runs `mpirun` (or `horovodrun`) over W x G slots, reaching the workers through the
+            hostfile the operator writes to /etc/mpi/hostfile.
+    tfjob   TFJob kubeflow.org/v1 (Training Operator v1): multiworker. The operator gives every
+            worker TF_CONFIG, but only in a container named `tensorflow`, and none for one worker.
+    job     batch/v1 Indexed Job + headless Service: multiworker, no operator. Each pod builds
+            TF_CONFIG from JOB_COMPLETION_INDEX and its peers' names (common/indexed_job.py).
+
+Each multiworker pod is one worker process with all its G GPUs (MultiWorkerMirroredStrategy
+mirrors over them); each horovod rank is one process with one GPU.
+
+Stopping (common/stopping.py): a pod that gets SIGTERM (deletion, eviction, preemption) makes every
+worker stop at the same step; the chief checkpoints, and all exit with 143. The grace period leaves
+time for that. 143 means "retry": TFJob `restartPolicy: ExitCode` restarts on 128-255 and fails on
+1-127; the Indexed Job's `podFailurePolicy` ignores 143 and disruptions (the pod is recreated) and
+any other failure fails the whole Job (`backoffLimit: 0`); the MPIJob launcher retries a failed
+mpirun `backoffLimit` times. Every train.py gets --resume and a results folder named after the job,
+so a restarted worker continues from the checkpoint.
+"""
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from commands.containers import CONTAINER_DATA_DIR, CONTAINER_RESULTS_DIR, CONTAINER_WORKDIR
+from commands.launch import LaunchError, build_launch, build_train_command, check_choice, launch_environment
+from common import indexed_job
+
+KINDS = ("mpijob", "tfjob", "job")
+KIND_LAUNCHER = {"mpijob": "horovod", "tfjob": "multiworker", "job": "multiworker"}
+WORKER_PORT = 2222  # the TFJob operator's default port; the Indexed Job uses the same
+GRACE_PERIOD = 120  # seconds from SIGTERM to SIGKILL: time to reach the stop step and checkpoint
+TTL_AFTER_FINISHED = 86400  # keep finished jobs (and their logs) a day
+RETRIES = 3  # MPIJob launcher and TFJob: restarts before the job counts as failed
+SSH_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+               "-o", "ConnectionAttempts=10")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def kind_for(launcher: str | None, kind: str | None) -> tuple[str, str]:
+    """(launcher, kind) with defaults filled in; a LaunchError for a pair that cannot work."""
+    if kind is not None:
+        check_choice("kind", kind, KINDS)
+    if launcher is not None:
+        check_choice("launcher", launcher, ("multiworker", "horovod"))
+    kind = kind or ("job" if launcher == "multiworker" else "mpijob")
+    launcher = launcher or KIND_LAUNCHER[kind]
+    if KIND_LAUNCHER[kind] != launcher:
+        choices = " or ".join(k for k, v in KIND_LAUNCHER.items() if v == launcher)
+        raise LaunchError(f"--kind {kind} runs --launcher {KIND_LAUNCHER[kind]}, not {launcher}; "
+                          f"for {launcher} use --kind {choices}")
+    return launcher, kind
+
+
+def volume(name: str, source: str | None, *, readonly: bool) -> dict | None:
+    """A PersistentVolumeClaim (a name) or a hostPath (an absolute path) volume; None for no source."""
+    if not source:
+        return None
+    if source.startswith("/"):
+        return {"name": name, "hostPath": {"path": source, "type": "Directory" if readonly else "DirectoryOrCreate"}}
+    if not _DNS_LABEL.fullmatch(source) or len(source) > 253:
+        raise LaunchError(f"--{name} {source!r} is neither an absolute host path nor a PersistentVolumeClaim "
+                          "name (lower-case letters, digits and '-')")
+    claim = {"claimName": source}
+    if readonly:
+        claim["readOnly"] = True
+    return {"name": name, "persistentVolumeClaim": claim}
+
+
+def _container(name: str, image: str, command: list[str], *, env: dict | None = None, ports=None,
+               resources=None, mounts=None) -> dict:
+    container = {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+                 "workingDir": CONTAINER_WORKDIR, "command": list(command)}
+    if env:
+        container["env"] = [{"name": key, "value": str(value)} for key, value in env.items()]
+    for key, value in (("ports", ports), ("resources", resources), ("volumeMounts", mounts)):
+        if value:
+            container[key] = value
+    return container
+
+
+def _metadata(name: str, namespace: str | None, recipe: str) -> dict:
+    meta = {"name": name, "labels": {"app.kubernetes.io/name": "tf-recipes", "tf-recipes/recipe": recipe}}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | None = None, workers: int = 2,
+                    gpus_per_worker: int = 8, image: str, data: str | None = None,
+                    results: str = "tf-recipes-results", namespace: str | None = None, name: str | None = None,
+                    train_args=(), horovod_runner: str = "mpirun", grace_period: int = GRACE_PERIOD,
+                    ssh_auth_mount_path: str = "/root/.ssh",
+                    resolve_timeout: int = int(indexed_job.DEFAULT_RESOLVE_TIMEOUT)) -> list[dict]:
+    """The Kubernetes objects that run `recipe` on `workers` pods with `gpus_per_worker` GPUs each.
+
+    `data` and `results` are PersistentVolumeClaim names or absolute host paths; the data volume is
+    mounted read-only at /data, the results volume at /results, and the job writes to
+    /results/<name>. The results volume must be shared by all pods (ReadWriteMany) for --resume.
+    """
+    launcher, kind = kind_for(launcher, kind)
+    if workers < 1 or gpus_per_worker < 0:
+        raise LaunchError(f"--workers {workers} / --gpus-per-worker {gpus_per_worker}: need workers >= 1, gpus >= 0")
+    if kind == "tfjob" and workers < 2:
+        raise LaunchError(f"--kind tfjob with --workers {workers}: the operator gives a single worker no "
+                          "TF_CONFIG; use --workers 2 or more, or --kind job")
+    name = name or f"{recipe}-{launcher}"
+    if not _DNS_LABEL.fullmatch(name) or len(name) > 50:  # pods append "-worker-N" or "-N"
+        raise LaunchError(f"--name {name!r} must be a DNS label: lower-case letters, digits and '-', "
+                          "at most 50 characters")
+    if namespace is not None and not _DNS_LABEL.fullmatch(namespace):
+        raise LaunchError(f"--namespace {namespace!r} must be a DNS label (lower-case letters, digits, '-')")
+    if not image or any(c.isspace() for c in image):
+        raise LaunchError(f"--image {image!r} must be an image reference without spaces")
+    if not 1 <= grace_period <= 86400:
+        raise LaunchError(f"--grace-period {grace_period} must be 1..86400 seconds")
+    if results is None:
+        raise LaunchError("--results is needed: a shared PersistentVolumeClaim name or an absolute host path")
+    volumes = [v for v in (volume("data", data, readonly=True), volume("results", results, readonly=False)) if v]
+    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})  # /dev/shm for NCCL and MPI
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
+              {"name": "results", "mountPath": CONTAINER_RESULTS_DIR}]
+    if data:
+        mounts.insert(0, {"name": "data", "mountPath": CONTAINER_DATA_DIR, "readOnly": True})
+
+    train_args = list(train_args)
+    if "--resume" not in train_args:
+        train_args.append("--resume")  # a restarted pod continues; with no checkpoint yet, step 0
+    train_args += ["--results-dir", f"{CONTAINER_RESULTS_DIR}/{name}"]
+    if data:
+        train_args += ["--data-dir", CONTAINER_DATA_DIR]
+    meta = _metadata(name, namespace, recipe)
+    resources = {"limits": {"nvidia.com/gpu": gpus_per_worker}} if gpus_per_worker else None
+
+    def pod(container: dict, **fields) -> dict:
+        return {"terminationGracePeriodSeconds": grace_period, **fields, "containers": [container],
+                "volumes": volumes}
+
+    if kind == "mpijob":
+        slots = max(gpus_per_worker, 1)
+        plan = build_launch(recipe, "horovod", gpus=gpus_per_worker, train_args=train_args,
+                            horovod_runner=horovod_runner, hostfile="/etc/mpi/hostfile",
+                            hostfile_nodes=workers, ssh_options=SSH_OPTIONS)
+        launcher_container = _container("launcher", image, plan.argv, env=plan.env)
+        # Host keys may be missing from an image; secrets mounted as .ssh fail sshd's StrictModes.
+        sshd = "ssh-keygen -A && mkdir -p /run/sshd && exec /usr/sbin/sshd -De -o StrictModes=no"
+        worker_container = _container("worker", image, ["/bin/bash", "-c", sshd], resources=resources,
+                                      mounts=mounts)
+        return [{
+            "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": meta,
+            "spec": {
+                "slotsPerWorker": slots,
+                "runPolicy": {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
+                              "backoffLimit": RETRIES},
+                "launcherCreationPolicy": "WaitForWorkersReady",
+                "mpiImplementation": "OpenMPI",
+                "sshAuthMountPath": ssh_auth_mount_path,
+                "mpiReplicaSpecs": {
+                    "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
+                                 "template": {"spec": {"containers": [launcher_container]}}},
+                    "Worker": {"replicas": workers,
+                               "template": {"spec": pod(worker_container)}},
+                },
+            },
+        }]
+
+    command = build_train_command(recipe, "multiworker", train_args)
+    env = launch_environment(gpus_per_worker)
+    ports = [{"name": "tfjob-port" if kind == "tfjob" else "worker", "containerPort": WORKER_PORT}]
+    if kind == "tfjob":
+        container = _container("tensorflow", image, command, env=env, ports=ports, resources=resources,
+                               mounts=mounts)
+        return [{
+            "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": meta,
+            "spec": {
+                "runPolicy": {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
+                              "backoffLimit": RETRIES},
+                "tfReplicaSpecs": {
+                    "Worker": {"replicas": workers, "restartPolicy": "ExitCode",
+                               "template": {"spec": pod(container)}},
+                },
+            },
+        }]
+
+    env.update({
+        indexed_job.WORKERS: workers,
+        indexed_job.HOST_PATTERN: f"{name}-{{index}}.{name}",  # pod hostname . Service (subdomain)
+        indexed_job.PORT: WORKER_PORT,
+        indexed_job.RESOLVE_TIMEOUT: resolve_timeout,
+    })
+    container = _container("worker", image, command, env=env, ports=ports, resources=resources, mounts=mounts)
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(name, namespace, recipe),
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"job-name": name},
+                 "ports": [{"name": "worker", "port": WORKER_PORT}]},
+    }
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+        "spec": {
+            "completionMode": "Indexed", "completions": workers, "parallelism": workers,
+            "backoffLimit": 0, "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
+            "podFailurePolicy": {"rules": [
+                {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [143]}},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            ]},
+            "template": {
+                "metadata": {"labels": dict(meta["labels"])},
+                "spec": pod(container, subdomain=name, restartPolicy="Never"),
+            },
+        },
+    }
+    return [service, job]
+
+
+def render_yaml(documents: list[dict], header: str = "") -> str:
+    """YAML documents separated by ---, keys in the order the builders wrote them."""
+    body = "---\n".join(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)
+                        for doc in documents)
+    return header + body
