@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 from invoke import Collection, Exit, task
 
@@ -191,8 +192,9 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
             fail("--nsys needs Nsight Systems, which only the NGC image has; use --base ngc")
         host_list = [host for host in (hosts or "").split(",") if host]
         if len(host_list) > 1 and launcher == "horovod" and runtime != "local":
-            fail("horovod across hosts starts its ranks over ssh, which the images do not set up; "
-                 "use --launcher multiworker with --hosts, or SLURM (`invoke sbatch`)")
+            fail("horovod across hosts starts its ranks over ssh, and invoke run starts no sshd with a shared key "
+                 "in the other hosts' containers; use --launcher multiworker with --hosts, SLURM (`invoke sbatch`), "
+                 "Kubernetes (`invoke k8s RECIPE --kind mpijob`, which sets that up) or --runtime local")
         plan = launch.build_launch(recipe, launcher, gpus=gpus, cpu_replicas=cpu_replicas,
                                    hosts=host_list, node_index=launch.parse_count("--node-index", node_index),
                                    port_base=launch.parse_count("--port-base", port_base),
@@ -230,7 +232,12 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         env = {}
     if not dry:
         os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's
-    code = execute(argv, env, dry)
+    started = time.time()
+    code = stopping.job_status(execute(argv, env, dry), results_dir, started)
+    if code == stopping.STOP_EXIT_STATUS:
+        raise Exit(f"{recipe} ({launcher}, {runtime}) stopped on a signal with a checkpoint (status {code}); "
+                   f"continue it with the same command plus --results-dir {results_dir} and, after --, --resume",
+                   code=code)
     if code:
         raise Exit(f"{recipe} ({launcher}, {runtime}) failed with status {code}", code=code)
     if not dry and runtime != "local":  # train.py printed the path inside the container

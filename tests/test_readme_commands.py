@@ -42,7 +42,8 @@ def dry(args):
 def test_readme_invoke_command_parses(args):
     process = run_invoke(*dry(args), timeout=60)
     assert process.returncode == 0, process.stdout + process.stderr
-    assert "+ " in process.stdout or process.stdout.startswith("#!/bin/bash")  # it printed what it would run
+    # It printed what it would run: commands, a batch script or Kubernetes manifests.
+    assert "+ " in process.stdout or process.stdout.startswith(("#!/bin/bash", "apiVersion: "))
 
 
 def test_readmes_show_invoke_commands():

@@ -157,3 +157,26 @@ def test_failing_workers_fail_the_job(submit):
     assert job.state == "FAILED" and job.exit_code != 0, job.describe()
     assert re.search(r"^[01]: .*--batch-size", job.log(), re.M), job.describe()
     assert not (job.results / "results.json").exists()
+
+
+@pytest.mark.parametrize("time", ["30", "30:00", "04:00:00", "2-12", "2-12:30", "2-12:30:00", "UNLIMITED"])
+def test_sbatch_accepts_every_time_invoke_sbatch_renders(slurm_cluster, tmp_path, time):
+    script = tmp_path / "job.sbatch"
+    assert_ok(run_invoke("sbatch", RECIPE, "--launcher", "multiworker", "--gpus-per-node", "0", "--cpus-per-task", "1",
+                         "--time", time, "--requeue", "--out", str(script)))
+    checked = subprocess.run(["sbatch", "--test-only", str(script)], cwd=REPO, capture_output=True, text=True,
+                             timeout=60)
+    assert checked.returncode == 0 and "to start at" in checked.stderr, checked.stderr
+
+
+@pytest.mark.parametrize("time", ["abc", "1:2:3:4"])
+def test_a_time_invoke_sbatch_refuses_is_one_sbatch_rejects(slurm_cluster, tmp_path, time):
+    refused = run_invoke("sbatch", RECIPE, "--time", time)
+    assert refused.returncode == 2 and refused.stdout == "" and f"--time '{time}'" in refused.stderr
+    script = tmp_path / "job.sbatch"
+    assert_ok(run_invoke("sbatch", RECIPE, "--launcher", "multiworker", "--gpus-per-node", "0", "--cpus-per-task", "1",
+                         "--out", str(script)))
+    script.write_text(script.read_text().replace("--time=01:00:00", f"--time={time}"))
+    checked = subprocess.run(["sbatch", "--test-only", str(script)], cwd=REPO, capture_output=True, text=True,
+                             timeout=60)
+    assert checked.returncode != 0 and "Invalid --time specification" in checked.stderr, checked.stderr
