@@ -17,7 +17,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 
 from invoke import Collection, Exit, task
 
@@ -232,12 +231,7 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         env = {}
     if not dry:
         os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's
-    started = time.time()
-    code = stopping.job_status(execute(argv, env, dry), results_dir, started)
-    if code == stopping.STOP_EXIT_STATUS:
-        raise Exit(f"{recipe} ({launcher}, {runtime}) stopped on a signal with a checkpoint (status {code}); "
-                   f"continue it with the same command plus --results-dir {results_dir} and, after --, --resume",
-                   code=code)
+    code = execute(argv, env, dry)
     if code:
         raise Exit(f"{recipe} ({launcher}, {runtime}) failed with status {code}", code=code)
     if not dry and runtime != "local":  # train.py printed the path inside the container
