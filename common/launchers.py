@@ -233,6 +233,13 @@ class MultiWorkerLauncher(StrategyLauncher):
 
     @staticmethod
     def _cluster_resolver():
+        from common import indexed_job  # a Kubernetes Indexed Job: TF_CONFIG from its index and peers
+
+        if "TF_CONFIG" not in os.environ and indexed_job.is_indexed_job(os.environ):
+            try:
+                os.environ["TF_CONFIG"] = indexed_job.tf_config_when_peers_resolve(os.environ)
+            except indexed_job.IndexedJobConfigError as error:
+                raise LauncherError(str(error)) from None
         if "TF_CONFIG" in os.environ:
             try:
                 json.loads(os.environ["TF_CONFIG"])
