@@ -14,6 +14,7 @@ Only integers are shuffled and sharded; decoding happens afterwards, on this pip
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 
@@ -37,6 +38,32 @@ def can_download(host: str, timeout_s: float = 5.0) -> bool:
         return True
     except OSError:
         return False
+
+
+def error_reason(error: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message, without TF's op and function decorations, for
+    one-line DataError messages."""
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    text = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\]", "", text).strip()
+    return (text.splitlines() or [""])[0][:limit]
+
+
+def check_labels(labels, num_classes: int, where: str, remedy: str) -> None:
+    """DataError naming the first label outside 0..num_classes-1 in `where`, and what to do.
+
+    Out-of-range labels otherwise fail mid-step with a TF error that names no example on CPU, and
+    give a NaN loss on GPU (as tf.nn.sparse_softmax_cross_entropy_with_logits documents).
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise DataError(f"{where}: labels must be a 1-D integer array, got {labels.dtype} of shape "
+                        f"{labels.shape}; {remedy}")
+    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+    if len(bad):
+        values = np.unique(labels[bad])[:5].tolist()
+        raise DataError(f"{where}: {len(bad)} of {len(labels)} labels are outside the model's classes "
+                        f"0..{num_classes - 1}, e.g. label {int(labels[bad[0]])} of example {int(bad[0])} "
+                        f"(values {values}); {remedy}")
 
 
 @dataclass(frozen=True)
@@ -104,3 +131,14 @@ def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: 
     """
     order = global_order(num_examples, shard.global_batch, total_steps, seed, start_step, shuffle)
     return order[pipeline_positions(shard, len(order))]
+
+
+def eval_share(num_examples: int, num_pipelines: int, pipeline_id: int) -> slice:
+    """Pipeline `pipeline_id`'s contiguous share of an evaluation set of `num_examples`.
+
+    The shares cover every example exactly once and differ in size by at most one; summing the
+    per-share loss and metric sums over the pipelines gives the whole set's."""
+    if num_examples < num_pipelines:
+        raise DataError(f"the evaluation set has {num_examples} examples, fewer than the {num_pipelines} "
+                        "processes that share it; evaluate on more examples or with fewer processes")
+    return slice(pipeline_id * num_examples // num_pipelines, (pipeline_id + 1) * num_examples // num_pipelines)

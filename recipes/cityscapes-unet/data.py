@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
 import pathlib
+import struct
 
 import numpy as np
 import tensorflow as tf
 
-from common.data import DataError, InputShard, global_order, pipeline_positions
+from common.data import DataError, InputShard, error_reason, global_order, pipeline_positions
 
 import layout
+from labels import NUM_CATEGORIES
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -33,8 +36,46 @@ def _prepare_hint(data_dir) -> str:
             "(CITYSCAPES_DIR holds leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip)")
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_RGB, _GRAY = 2, 0  # PNG colour types: prepared images are RGB, category maps 8-bit grayscale
+_INDEXES: dict = {}  # (data dir, split) -> checked index: every process checks each split once
+
+
+def _file_problem(path: pathlib.Path, height: int, width: int, colour_type: int, size) -> str | None:
+    """Why a prepared file is not what the index promises, from its size and PNG header (the
+    first 33 bytes, not the pixels); None when it matches."""
+    try:
+        with open(path, "rb") as handle:
+            actual = os.fstat(handle.fileno()).st_size
+            header = handle.read(33)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as error:
+        return f"cannot be read ({error_reason(error)})"
+    if size is not None and actual != size:
+        return f"is {actual} bytes, the index says {size}"
+    if header[:8] != _PNG_SIGNATURE or header[12:16] != b"IHDR":
+        return "is not a PNG file"
+    file_width, file_height = struct.unpack(">II", header[16:24])
+    if (file_height, file_width) != (height, width):
+        return f"is {file_height}x{file_width}, the index says {height}x{width}"
+    depth, colour = header[24], header[25]
+    if colour != colour_type or (colour_type == _GRAY and depth != 8):
+        expected = "RGB" if colour_type == _RGB else "8-bit grayscale"
+        return f"is a {depth}-bit PNG of colour type {colour}, not {expected}"
+    return None
+
+
 def read_index(data_dir, split: str) -> dict:
-    """The prepared split's index, after checking that every file it names exists."""
+    """The prepared split's index, after checking that every file it names is there and is the
+    PNG it says: same byte size as prepared, image size and colour type from the header."""
+    key = (os.path.abspath(data_dir), split)
+    if key not in _INDEXES:
+        _INDEXES[key] = _checked_index(data_dir, split)
+    return _INDEXES[key]
+
+
+def _checked_index(data_dir, split: str) -> dict:
     path = layout.index_path(data_dir, split)
     if not path.is_file():
         reason = "does not exist" if not pathlib.Path(data_dir).is_dir() else f"has no {path.name}"
@@ -45,14 +86,66 @@ def read_index(data_dir, split: str) -> dict:
         raise DataError(f"{path} is not a valid index ({error}); {_prepare_hint(data_dir)}") from None
     if not isinstance(index, dict) or index.get("format") != layout.INDEX_FORMAT or not index.get("examples"):
         raise DataError(f"{path} is not a {layout.INDEX_FORMAT} index with examples; {_prepare_hint(data_dir)}")
-    missing = [str(file) for example_id in index["examples"]
-               for file in (layout.prepared_image(data_dir, split, example_id),
-                            layout.prepared_categories(data_dir, split, example_id))
-               if not file.is_file()]
-    if missing:
-        raise DataError(f"{len(missing)} files listed in {path} are missing, e.g. {missing[:3]}; "
-                        + _prepare_hint(data_dir))
+    height, width, examples = index.get("height"), index.get("width"), index["examples"]
+    sizes = index.get("bytes", {})  # written by prepare_data.py since it records file sizes
+    if (not all(isinstance(side, int) and side > 0 for side in (height, width))
+            or not isinstance(examples, list) or not all(isinstance(i, str) for i in examples)
+            or not isinstance(sizes, dict)):
+        raise DataError(f"{path} lacks a valid height, width or list of examples; {_prepare_hint(data_dir)}")
+    problems = []
+    for example_id in examples:
+        image_size, categories_size = sizes.get(example_id, (None, None))
+        for file, colour_type, size in ((layout.prepared_image(data_dir, split, example_id), _RGB, image_size),
+                                        (layout.prepared_categories(data_dir, split, example_id), _GRAY,
+                                         categories_size)):
+            problem = _file_problem(file, height, width, colour_type, size)
+            if problem:
+                problems.append(f"{file} {problem}")
+    if problems:
+        raise DataError(f"{len(problems)} files listed in {path} are missing or no longer match it, e.g. "
+                        f"{'; '.join(problems[:3])}; delete any such file that still exists and "
+                        f"{_prepare_hint(data_dir)}: it writes them again")
     return index
+
+
+def example_problem(data_dir, split: str, index: dict, example: int) -> str | None:
+    """Why example number `example` of a prepared split cannot be trained on, found by reading it
+    as the input pipeline does (TF's PNG decoder); None when it can."""
+    for path, channels in ((layout.prepared_image(data_dir, split, index["examples"][example]), 3),
+                           (layout.prepared_categories(data_dir, split, index["examples"][example]), 1)):
+        try:
+            decoded = tf.io.decode_png(tf.io.read_file(str(path)), channels=channels).numpy()
+        except tf.errors.OpError as error:
+            return f"{path} cannot be read or decoded ({error_reason(error)})"
+        if decoded.shape[:2] != (index["height"], index["width"]):
+            return (f"{path} is {decoded.shape[0]}x{decoded.shape[1]}, the index says "
+                    f"{index['height']}x{index['width']}")
+        if channels == 1 and decoded.max() >= NUM_CATEGORIES:
+            values = np.unique(decoded[decoded >= NUM_CATEGORIES])[:5].tolist()
+            return f"{path} holds values {values} outside the categories 0..{NUM_CATEGORIES - 1}"
+    return None
+
+
+def bad_example_message(data_dir, split: str, examples, during: str) -> str | None:
+    """One line naming the first of `examples` (indices into the split) that cannot be read, and
+    what to do; None if all of them can."""
+    index = read_index(data_dir, split)
+    for example in examples:
+        problem = example_problem(data_dir, split, index, int(example))
+        if problem:
+            return (f"{problem}: example {int(example)} ({index['examples'][example]}) of the prepared {split} "
+                    f"split, {during}; delete that file and {_prepare_hint(data_dir)}: it writes it again")
+    return None
+
+
+def explain_train_error(data_dir, global_batch: int, seed: int):
+    """For Trainer.fit(explain_input_error=...): given the 1-based global step whose input failed,
+    the message naming the file of that global batch that cannot be read, or None."""
+    def explain(step: int) -> str | None:
+        count = len(read_index(data_dir, "train")["examples"])
+        batch = global_order(count, global_batch, step, seed, step - 1)  # the examples of step `step`
+        return bad_example_message(data_dir, "train", batch, f"read for global step {step}")
+    return explain
 
 
 def num_examples(data_dir, split: str = "train") -> int:
@@ -68,6 +161,12 @@ def _file_names(data_dir, split: str, index: dict):
 def _read_and_decode(image_file, category_file, height: int, width: int):
     image = tf.io.decode_png(tf.io.read_file(image_file), channels=3)
     categories = tf.io.decode_png(tf.io.read_file(category_file), channels=1)[..., 0]
+    # A category map replaced after preparation (a labelIds file, say) would otherwise train on
+    # wrong classes, or give a NaN loss on GPU. One max over the map; the error names the file.
+    in_range = tf.debugging.Assert(tf.reduce_max(categories) < NUM_CATEGORIES,
+                                   [f"category values outside 0..{NUM_CATEGORIES - 1} in", category_file])
+    with tf.control_dependencies([in_range]):
+        categories = tf.identity(categories)
     # Fails loudly, naming the shapes, if a file was replaced after prepare_data checked it.
     return tf.ensure_shape(image, [height, width, 3]), tf.ensure_shape(categories, [height, width])
 
@@ -135,7 +234,8 @@ def _available_memory_bytes() -> int:
     return 0
 
 
-def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, height: int, width: int):
+def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, height: int, width: int,
+                       data_dir):
     """Decode the given examples once into host memory; returns a tf function index -> example."""
     needed = len(example_ids) * height * width * 4
     available = _available_memory_bytes()
@@ -148,8 +248,14 @@ def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, hei
         num_parallel_calls=AUTOTUNE, deterministic=True)
     images = np.empty([len(example_ids), height, width, 3], np.uint8)
     categories = np.empty([len(example_ids), height, width], np.uint8)
-    for row, (image, category) in enumerate(decoded.as_numpy_iterator()):
-        images[row], categories[row] = image, category
+    try:
+        for row, (image, category) in enumerate(decoded.as_numpy_iterator()):
+            images[row], categories[row] = image, category
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError, tf.errors.NotFoundError):
+        message = bad_example_message(data_dir, "train", example_ids, "decoded for --cache")
+        if message:
+            raise DataError(message) from None
+        raise
 
     def lookup(index):
         row = np.searchsorted(example_ids, index)
@@ -196,7 +302,7 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     examples = tf.data.Dataset.from_tensor_slices((order, positions))
 
     if cache:
-        fetch = _decoded_in_memory(image_files, category_files, np.unique(order), height, width)
+        fetch = _decoded_in_memory(image_files, category_files, np.unique(order), height, width, data_dir)
     else:
         def fetch(i):
             return _read_and_decode(tf.gather(image_files, i), tf.gather(category_files, i), height, width)

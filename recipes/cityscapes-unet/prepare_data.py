@@ -228,13 +228,28 @@ def _indexed_examples(index: pathlib.Path):
         return None
 
 
+def _output_bytes(out: pathlib.Path, split: str, example_id: str):
+    """[image, categories] byte sizes of a pair's prepared files, or None if either is missing."""
+    try:
+        return [layout.prepared_image(out, split, example_id).stat().st_size,
+                layout.prepared_categories(out, split, example_id).stat().st_size]
+    except FileNotFoundError:
+        return None
+
+
+def _up_to_date(entry: dict, out: pathlib.Path, split: str, example_id: str, signature) -> bool:
+    """A pair's outputs exist, were made from this source, and still have the sizes written then
+    (a file truncated or replaced since is redone)."""
+    written = _output_bytes(out, split, example_id)
+    return (entry.get("source") == signature and written is not None
+            and entry.get("bytes", written) == written)
+
+
 def prepare_split(images, labels_half, split, example_ids, signatures, out, expect_size, workers, log):
     """Returns (problems, pairs written now, pairs already up to date)."""
     done = read_manifest(out, split)
     todo = [example_id for example_id in example_ids
-            if done.get(example_id, {}).get("source") != signatures[example_id]
-            or not layout.prepared_image(out, split, example_id).is_file()
-            or not layout.prepared_categories(out, split, example_id).is_file()]
+            if not _up_to_date(done.get(example_id, {}), out, split, example_id, signatures[example_id])]
     index = layout.index_path(out, split)
     if not todo and _indexed_examples(index) == example_ids:
         return [], 0, len(example_ids)
@@ -253,7 +268,8 @@ def prepare_split(images, labels_half, split, example_ids, signatures, out, expe
             problems.extend(pair_problems)
             if size:
                 valid.append(example_id)
-                done[example_id] = {"id": example_id, "source": signatures[example_id], "size": list(size)}
+                done[example_id] = {"id": example_id, "source": signatures[example_id], "size": list(size),
+                                    "bytes": _output_bytes(out, split, example_id)}
                 manifest.write(json.dumps(done[example_id]) + "\n")
                 manifest.flush()
             if count % 250 == 0:
@@ -273,7 +289,10 @@ def prepare_split(images, labels_half, split, example_ids, signatures, out, expe
                           "".join(json.dumps(done[i]) + "\n" for i in example_ids).encode())
         _write_atomically(index, json.dumps({
             "format": layout.INDEX_FORMAT, "split": split, "height": height, "width": width,
-            "categories": list(labels.CATEGORY_NAMES), "examples": example_ids}, indent=1).encode())
+            "categories": list(labels.CATEGORY_NAMES), "examples": example_ids,
+            # data.read_index compares these with the files before training
+            "bytes": {i: done[i].get("bytes") or _output_bytes(out, split, i) for i in example_ids}},
+            indent=1).encode())
     return problems, len(valid) - len(skipped), len(skipped)
 
 

@@ -164,8 +164,10 @@ def main():
             args.data_dir, shard, trainer.total_steps, args.seed, trainer.start_step, crop=args.crop,
             scale=args.scale, augment=not args.no_augment, cache=args.cache, shard_late=args.shard_late)
 
+    # A file that fails to decode mid-run is named by re-reading the examples of the failing step.
+    explain = None if synthetic else data.explain_train_error(args.data_dir, trainer.global_batch, args.seed)
     trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK,
-                fault_desync_replica=args.fault_desync_replica)
+                fault_desync_replica=args.fault_desync_replica, explain_input_error=explain)
 
     if not launcher.is_chief:
         return

@@ -18,6 +18,7 @@ Data: TFDS `mnist`, or `--data-dir DIR` holding either a TFDS data directory or 
 """
 import os
 import sys
+import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -26,7 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from common import cli, training  # noqa: E402
-from common.data import DataError, can_download, sharded_order  # noqa: E402
+from common.data import DataError, can_download, check_labels, error_reason, sharded_order  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
 
 RECIPE = "mnist-cnn"
@@ -36,12 +37,35 @@ RECIPE = "mnist-cnn"
 # MNIST fits in memory, so the input pipeline shuffles and shards example *indices* and gathers the
 # images of each batch: no replica ever touches another replica's share.
 
+MNIST_NPZ_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
+NUM_CLASSES = 10
+
+
+def check_mnist(arrays, source, remedy):
+    """Shapes and labels of (x_train, y_train, x_test, y_test), before anything is built on them."""
+    for split, images, labels in (("train", *arrays[:2]), ("test", *arrays[2:])):
+        if images.ndim != 3 or images.shape[1:] != (28, 28) or labels.shape != (len(images),):
+            raise DataError(f"{source}: the {split} images are {images.shape} and labels {labels.shape}; "
+                            f"expected N 28x28 images and N labels; {remedy}")
+        check_labels(labels, NUM_CLASSES, f"{source} {split} labels", remedy)
+    return arrays
+
+
 def load_npz(path):
-    with np.load(path) as data:
-        missing = {"x_train", "y_train", "x_test", "y_test"} - set(data.files)
-        if missing:
-            raise DataError(f"{path} lacks arrays {sorted(missing)}; expected the Keras mnist.npz")
-        return data["x_train"], data["y_train"], data["x_test"], data["y_test"]
+    remedy = f"download it again ({MNIST_NPZ_URL})"
+    try:
+        with np.load(path) as data:
+            missing = {"x_train", "y_train", "x_test", "y_test"} - set(data.files)
+            if missing:
+                raise DataError(f"{path} lacks arrays {sorted(missing)}; expected the Keras mnist.npz")
+            arrays = data["x_train"], data["y_train"], data["x_test"], data["y_test"]
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # truncated, not a zip, bad CRC
+        raise DataError(f"{path} cannot be read as the Keras mnist.npz ({type(error).__name__}: "
+                        f"{error_reason(error)}); "
+                        f"{remedy}") from None
+    return check_mnist(arrays, path, remedy)
 
 
 def load_tfds(data_dir):
@@ -49,7 +73,7 @@ def load_tfds(data_dir):
 
     builder = tfds.builder("mnist", data_dir=data_dir)
     missing = (f"MNIST is not in {builder.data_dir} and {{}}. Copy the Keras mnist.npz "
-               "(https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz) into a folder and "
+               f"({MNIST_NPZ_URL}) into a folder and "
                "pass --data-dir FOLDER, prepare TFDS mnist on a machine with internet and pass its "
                "data dir, or use --synthetic")
     host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")  # tests point it nowhere
@@ -59,11 +83,17 @@ def load_tfds(data_dir):
         builder.download_and_prepare()
     except Exception as error:  # network or proxy failure halfway, a corrupt partial download
         raise DataError(missing.format(f"the download failed ({type(error).__name__}: {error})")) from None
+    remedy = (f"delete {builder.data_dir} and prepare TFDS mnist again, or pass --data-dir with the "
+              "Keras mnist.npz")
     arrays = {}
     for split in ("train", "test"):
-        images, labels = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, as_supervised=True))
+        try:
+            images, labels = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1, as_supervised=True))
+        except tf.errors.OpError as error:  # a damaged TFRecord shard
+            raise DataError(f"TFDS mnist {split} in {builder.data_dir} cannot be read ({error_reason(error)}); "
+                            f"{remedy}") from None
         arrays[split] = images[..., 0], labels
-    return (*arrays["train"], *arrays["test"])
+    return check_mnist((*arrays["train"], *arrays["test"]), f"TFDS mnist in {builder.data_dir}", remedy)
 
 
 def synthetic_mnist(seed, train=10_000, test=2_000):

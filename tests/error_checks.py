@@ -1,0 +1,21 @@
+"""What a run stopped by bad data must look like: exit 2, one `error:` line naming the culprit,
+no traceback, and nothing written that a later run could mistake for a result."""
+import os
+import re
+
+# TensorFlow's own C++ log lines (written at import, before any of our code runs) are not ours.
+TF_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |^WARNING: All log messages before absl")
+
+
+def assert_one_line_error(process, results_dir, *needles):
+    """Returns the error line after checking the exit status, stderr and the results folder."""
+    assert process.returncode == 2, (
+        f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-3000:]}\n--- stderr ---\n{process.stderr[-6000:]}")
+    assert "Traceback" not in process.stderr, process.stderr[-6000:]
+    ours = [line for line in process.stderr.splitlines() if line.strip() and not TF_LOG_LINE.match(line)]
+    assert len(ours) == 1 and ours[0].startswith("error: "), process.stderr[-6000:]
+    for needle in needles:
+        assert str(needle) in ours[0], f"{needle!r} not in: {ours[0]}"
+    left = [os.path.join(folder, name) for folder, _, files in os.walk(results_dir) for name in files]
+    assert not left, f"written despite the error: {left}"
+    return ours[0]
