@@ -7,12 +7,14 @@ import re
 TF_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |^WARNING: All log messages before absl")
 
 
-def assert_one_line_error(process, results_dir, *needles):
-    """Returns the error line after checking the exit status, stderr and the results folder."""
+def assert_one_line_error(process, results_dir, *needles, foreign=None):
+    """Returns the error line after checking the exit status, stderr and the results folder.
+    `foreign`: a regex for other lines a C library writes to stderr itself (libjpeg's warnings)."""
     assert process.returncode == 2, (
         f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-3000:]}\n--- stderr ---\n{process.stderr[-6000:]}")
     assert "Traceback" not in process.stderr, process.stderr[-6000:]
-    ours = [line for line in process.stderr.splitlines() if line.strip() and not TF_LOG_LINE.match(line)]
+    ours = [line for line in process.stderr.splitlines() if line.strip() and not TF_LOG_LINE.match(line)
+            and not (foreign and re.match(foreign, line))]
     assert len(ours) == 1 and ours[0].startswith("error: "), process.stderr[-6000:]
     for needle in needles:
         assert str(needle) in ours[0], f"{needle!r} not in: {ours[0]}"

@@ -35,7 +35,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from common.data import DataError, InputShard, can_download, sharded_order
+from common.data import DataError, InputShard, can_download, check_labels, error_reason, sharded_order
 
 AUTOTUNE = tf.data.AUTOTUNE
 CHUNK = 256  # examples per cache file
@@ -156,13 +156,34 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
     # Only the split's last chunk can be short, and it comes last: batches of CHUNK are the chunks.
     chunks = dataset.batch(CHUNK).prefetch(1).as_numpy_iterator()
     os.makedirs(folder, exist_ok=True)
-    for start, (images, labels) in zip(starts, chunks):
-        images_path, labels_path = chunk_paths(folder, start)
-        for path, array in ((labels_path, labels), (images_path, images)):
-            temporary = f"{path}.{os.getpid()}.tmp"
-            with open(temporary, "wb") as handle:
-                np.save(handle, array)
-            os.replace(temporary, path)  # concurrent writers of one chunk write the same bytes
+    try:
+        for start, (images, labels) in zip(starts, chunks):
+            images_path, labels_path = chunk_paths(folder, start)
+            for path, array in ((labels_path, labels), (images_path, images)):
+                temporary = f"{path}.{os.getpid()}.tmp"
+                with open(temporary, "wb") as handle:
+                    np.save(handle, array)
+                os.replace(temporary, path)  # concurrent writers of one chunk write the same bytes
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+        raise DataError(_unreadable_example(builder, split, runs, total, image_size, error)) from None
+
+
+def _unreadable_example(builder, split: str, runs, total: int, image_size: int, error) -> str:
+    """Which example of the chunks being cached fails, found by decoding them one at a time."""
+    remedy = f"the TFDS data in {builder.data_dir} is damaged: delete that folder and {PREPARE_HINT}"
+    try:
+        for run in runs:
+            first = run[0]
+            examples = encoded_split(builder, f"{split}[{first}:{min(run[-1] + CHUNK, total)}]")
+            for offset, (jpeg, _) in enumerate(examples):
+                try:
+                    decode_and_resize(jpeg, image_size)
+                except tf.errors.InvalidArgumentError as bad:
+                    return (f"cassava {split} example {first + offset} cannot be decoded as an image "
+                            f"({error_reason(bad)}); {remedy}")
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as bad:  # the records themselves
+        error = bad
+    return f"cassava {split} in {builder.data_dir} cannot be read ({error_reason(error)}); {remedy}"
 
 
 def cache_split(builder, split: str, image_size: int, cache_dir: str, shard: InputShard,
@@ -189,7 +210,13 @@ def cache_split(builder, split: str, image_size: int, cache_dir: str, shard: Inp
     write_chunks(builder, split, image_size, folder, mine, total)
     barrier()
     write_chunks(builder, split, image_size, folder, missing(starts), total)
-    return ImageArrays([load_chunk(folder, s, count[s], image_size) for s in starts])
+    chunks = [load_chunk(folder, s, count[s], image_size) for s in starts]
+    for start, (_, labels) in zip(starts, chunks):  # out-of-range labels would fail mid-step, naming nothing
+        check_labels(labels, NUM_CLASSES, f"cassava {split} labels in {chunk_paths(folder, start)[1]} "
+                     f"(examples {start}..{start + count[start] - 1})",
+                     f"delete {folder} so that it is rebuilt from {builder.data_dir}; if this error returns, "
+                     f"{PREPARE_HINT}")
+    return ImageArrays(chunks)
 
 
 def synthetic_split(num_examples: int, image_size: int, seed: int) -> ImageArrays:

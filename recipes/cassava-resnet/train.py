@@ -23,12 +23,13 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
+import h5py  # noqa: E402
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import input_pipeline  # noqa: E402
 from common import cli, training  # noqa: E402
-from common.data import DataError, can_download  # noqa: E402
+from common.data import DataError, can_download, error_reason  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
 
 RECIPE = "cassava-resnet"
@@ -95,6 +96,12 @@ def check_weights(weights):
     if not os.path.isfile(weights):
         raise WeightsError(f"--weights {weights}: no such file; give imagenet, none, or the path of a weights "
                            f"file (the Keras {IMAGENET_NOTOP}, or final.weights.h5 from a run of this recipe)")
+    try:  # a truncated or damaged file fails here, in milliseconds, not after the data is cached
+        with h5py.File(weights, "r"):
+            pass
+    except OSError as error:
+        raise WeightsError(f"--weights {weights} cannot be read as an HDF5 weights file ({error_reason(error)}); "
+                           "copy or download it again, or train from scratch with --weights none") from None
     return weights
 
 
@@ -140,7 +147,7 @@ def load_weights_file(model, backbone, path):
             try:
                 target.load_weights(path)
             except Exception as error:  # Keras raises ValueError, KeyError or OSError by file and mismatch
-                errors.append(f"as the {what}: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
+                errors.append(f"as the {what}: {type(error).__name__}: {error_reason(error, 200)}")
                 continue
         # Keras only warns when it skips layers, which then keep their random initial weights.
         skipped = [str(w.message) for w in caught if "Skipping" in str(w.message)]
