@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from commands.launch import LaunchError, build_launch, parse_count
+from commands.launch import LaunchError, build_launch, container_name, parse_count
 from common.spawn import build_tf_config, worker_environments
 
 TRAIN = ["python", "recipes/mnist-cnn/train.py"]
@@ -108,3 +108,22 @@ def test_horovod_across_hosts_lists_the_slots_of_every_host():
         build_launch("mnist-cnn", "mirrored", gpus=8, hosts=["n1", "n2"])
     with pytest.raises(LaunchError, match="--node-index 2 is not a position"):
         build_launch("mnist-cnn", "multiworker", gpus=8, hosts=["n1", "n2"], node_index=2)
+
+
+def test_horovod_over_a_hostfile_as_the_mpi_operator_writes_it():
+    plan = build_launch("mnist-cnn", "horovod", gpus=8, horovod_runner="mpirun", hostfile="/etc/mpi/hostfile",
+                        hostfile_nodes=3, ssh_options=["-o", "StrictHostKeyChecking=no"])
+    argv = plan.argv
+    assert argv[:3] == ["mpirun", "-np", "24"] and argv[argv.index("--hostfile") + 1] == "/etc/mpi/hostfile"
+    assert argv[argv.index("plm_rsh_args") + 1] == "-o StrictHostKeyChecking=no" and "-H" not in argv
+    runner = build_launch("mnist-cnn", "horovod", cpu_replicas=1, hostfile="/etc/mpi/hostfile", hostfile_nodes=2)
+    assert runner.argv[:5] == ["horovodrun", "-np", "2", "--hostfile", "/etc/mpi/hostfile"]
+    with pytest.raises(LaunchError, match="hostfile is for --launcher horovod"):
+        build_launch("mnist-cnn", "multiworker", hostfile="/etc/mpi/hostfile", hostfile_nodes=2)
+
+
+def test_container_names_are_what_docker_accepts():
+    assert container_name("mnist-cnn", "/r/results/mnist-cnn/20261121-101500-horovod") == \
+        "tf-recipes-mnist-cnn-20261121-101500-horovod"
+    assert container_name("mnist-cnn", "/tmp/my run: 2/") == "tf-recipes-mnist-cnn-my-run-2"
+    assert container_name("mnist-cnn", "/") == "tf-recipes-mnist-cnn"
