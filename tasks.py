@@ -17,10 +17,12 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 from invoke import Collection, Exit, task
 
 from commands import containers, k8s, launch, launch_files, slurm
+from common import stopping
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 BASES = ("ngc", "cpu")
@@ -59,9 +61,19 @@ def execute(argv, env=None, dry=False) -> int:
     if dry:
         return 0
     try:
-        return subprocess.call(argv, cwd=ROOT, env={**os.environ, **(env or {})})
+        process = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **(env or {})})
     except FileNotFoundError:
         fail(f"{argv[0]} is not installed or not on PATH")
+    # SIGTERM/SIGUSR1 to invoke (a scheduler stopping the job) go on to the job, which checkpoints.
+    with stopping.forwarding_stop_signals([process]):
+        try:
+            return process.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the job too (same process group): let it end
+            try:
+                return process.wait(timeout=30)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):  # a second Ctrl-C, or it hangs
+                process.kill()
+                return process.wait()
 
 
 def write_or_print(text: str, out: str | None, dry: bool, next_step: str) -> None:
@@ -219,7 +231,7 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
             user=f"{os.getuid()}:{os.getgid()}", profile=nsys,
             network="host" if len(host_list) > 1 else None,  # workers on other hosts reach these ports
             memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
-            docker=docker)
+            name=launch.container_name(recipe, results_dir), docker=docker)
         env = {}
     else:
         sif = image or os.path.join(cfg["sif_dir"], f"{recipe}_{base}.sif")
@@ -231,7 +243,12 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         env = {}
     if not dry:
         os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's
-    code = execute(argv, env, dry)
+    started = time.time()
+    code = stopping.job_status(execute(argv, env, dry), results_dir, started)
+    if code == stopping.STOP_EXIT_STATUS:
+        raise Exit(f"{recipe} ({launcher}, {runtime}) stopped on a signal with a checkpoint (status {code}); "
+                   f"continue it with the same command plus --results-dir {results_dir} and, after --, --resume",
+                   code=code)
     if code:
         raise Exit(f"{recipe} ({launcher}, {runtime}) failed with status {code}", code=code)
     if not dry and runtime != "local":  # train.py printed the path inside the container

@@ -155,7 +155,7 @@ def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: Gpu
                              shm_size: str = "1g", network: str | None = None, profile: bool = False,
                              name: str | None = None, interactive: bool = False, ipc: str | None = "host",
                              memlock: int | None = -1, stack: int | None = 67108864,
-                             docker: str = "docker") -> list[str]:
+                             stop_timeout: int | None = 60, docker: str = "docker") -> list[str]:
     """`docker run` with NVIDIA's recommended flags for its framework containers.
 
     - `--rm`; `--gpus` unless `gpus` is 0 (see `docker_gpus_value`).
@@ -173,9 +173,14 @@ def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: Gpu
     - Never `--privileged`. `--cap-add SYS_ADMIN` only with `profile=True`: GPU profilers (Nsight)
       read the performance counters, which needs it.
     - `-it` only with `interactive=True` (a terminal; CI has none).
+    - `--init`: a small init process is PID 1 and passes SIGTERM/SIGUSR1 on to the launcher, which
+      as PID 1 would never see them (the kernel drops signals PID 1 has no handler for). With
+      `--stop-timeout`, `docker stop` leaves the job that long to checkpoint before SIGKILL.
     """
     _require_image("image", image)
-    argv = [docker, "run", "--rm"]
+    argv = [docker, "run", "--rm", "--init"]
+    if stop_timeout is not None:
+        argv += ["--stop-timeout", str(stop_timeout)]
     if interactive:
         argv.append("-it")
     if name:

@@ -6,6 +6,7 @@ always from the repository root (in the images: /workspace/tf-recipes).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -149,6 +150,13 @@ def launch_environment(gpus: int) -> dict[str, str]:
     """The environment every launcher adds. No GPU asked for: hide any that exist, so that --gpus 0
     means the same run everywhere."""
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), "TF_CPP_MIN_LOG_LEVEL": "1"}
+
+
+def container_name(recipe: str, results_dir: str) -> str:
+    """`tf-recipes-RECIPE-RUN` (RUN: the results folder's name), what `docker stop` takes; only the
+    characters Docker allows in names."""
+    run = re.sub(r"[^a-zA-Z0-9_.-]+", "-", os.path.basename(os.path.normpath(results_dir))).strip("-.")
+    return f"tf-recipes-{recipe}-{run}" if run else f"tf-recipes-{recipe}"
 
 
 def run_dir_name(recipe: str, launcher: str, stamp: str) -> str:

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from common.data import DataError
-from common.launchers import COLLECTIVES, LAUNCHERS, LauncherError
+from common.launchers import COLLECTIVES, LAUNCHERS, Launcher, LauncherError
 from common.results import DesyncError
+from common.stopping import CLUSTER_EXIT_STATUS, STOP_EXIT_STATUS, ClusterError, StopRequested, peer_error_summary
+from common.training import ResumeError
 
 
 def _whole_number(text: str, minimum: int, rule: str) -> int:
@@ -59,6 +62,9 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
                      help="mirrored launcher without a GPU: split the CPU into this many replicas")
     run.add_argument("--collective", choices=COLLECTIVES, default="auto",
                      help="multiworker all-reduce implementation")
+    run.add_argument("--join-timeout", type=positive_float, default=300.0, metavar="SECONDS",
+                     help="multiworker: exit (status 4, naming the missing workers) when the cluster has "
+                          "not formed within this many seconds")
     train = parser.add_argument_group("training")
     train.add_argument("--batch-size", type=positive_int, default=batch_size,
                        help="batch size per replica; the global batch is this times the replicas")
@@ -96,14 +102,27 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
 
 
 def run_main(main) -> None:
-    """Run a recipe's main(); user mistakes end with one line on stderr, not a traceback."""
+    """Run a recipe's main(); user mistakes end with one line on stderr, not a traceback.
+
+    Exit statuses (see common/stopping.py): 0 done, 2 user mistake or bad data, 3 replicas out of
+    sync, 4 cluster did not form or a peer was lost, 143 stopped on a signal with a checkpoint."""
     try:
         main()
-    except (DataError, LauncherError, FileExistsError, FileNotFoundError) as error:
+    except (DataError, LauncherError, ResumeError, FileExistsError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
     except DesyncError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(3)
+    except StopRequested as stop:
+        print(str(stop), file=sys.stderr, flush=True)
+        sys.exit(STOP_EXIT_STATUS)
+    except (ClusterError, *Launcher.peer_errors) as error:
+        message = str(error) if isinstance(error, ClusterError) else (
+            f"lost contact with the other workers ({type(error).__name__}: {peer_error_summary(error)}); "
+            "continue from the last checkpoint with --resume")
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        # Not sys.exit: TensorFlow's shutdown can wait on the lost peer for minutes.
+        os._exit(CLUSTER_EXIT_STATUS)
     except KeyboardInterrupt:
         sys.exit(130)

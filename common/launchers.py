@@ -21,11 +21,15 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import sys
+import threading
 
 import numpy as np
 import tensorflow as tf
 
-from common.data import InputShard
+from common.data import InputShard, eval_share
+from common.stopping import CLUSTER_EXIT_STATUS
 
 LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
 COLLECTIVES = ("auto", "ring", "nccl")
@@ -98,12 +102,26 @@ class Launcher:
     def prepare(self, model, optimizer):
         """Called once the model and optimizer exist and any checkpoint is restored."""
 
-    def average_replicas(self, variables):
-        """Make every replica's copy of `variables` their mean across replicas.
+    def mean_over_replicas(self, tensors):
+        """In a replica's step: the mean of `tensors` over all replicas (an all-reduce).
 
         For state that no gradient all-reduce keeps equal: batch-norm moving statistics are updated
         by each replica from its own batch (Keras 3 creates them with aggregation NONE, so even
-        MirroredStrategy leaves the copies to drift). Averaging them keeps one model."""
+        MirroredStrategy leaves the copies to drift). Averaging them every step keeps one model at
+        every step, so a checkpoint taken at any step resumes bit-identically."""
+        return tensors
+
+    def eval_share(self, num_examples: int) -> slice:
+        """This process's contiguous share of an evaluation set: every example in exactly one share."""
+        return eval_share(num_examples, self.num_workers, self.worker_index)
+
+    def sum_over_processes(self, values: np.ndarray) -> np.ndarray:
+        """Element-wise float64 sum of `values` over every process of the job."""
+        return np.asarray(values, np.float64)
+
+    # Errors a collective raises when a peer died or froze; the training loop reports them as such.
+    peer_errors: tuple = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                          tf.errors.AbortedError, tf.errors.CancelledError)
 
     def local_fingerprints(self, variables) -> list[str]:
         per_replica = zip(*[_components(v) for v in variables])
@@ -144,22 +162,20 @@ class StrategyLauncher(Launcher):
         return {key: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
                 for key, value in outputs.items()}
 
-    def average_replicas(self, variables):
-        if not variables or self.num_replicas == 1:
-            return
-        # One flat vector per replica, from the replica's own copies, reduced to the mean.
-        per_replica = [tf.concat([tf.reshape(tf.cast(c, tf.float32), [-1]) for c in copies], 0)
-                       for copies in zip(*[_components(v) for v in variables])]
+    def mean_over_replicas(self, tensors):
+        if not tensors or self.num_replicas == 1:
+            return tensors
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, tensors)
+
+    def sum_over_processes(self, values):
+        values = np.asarray(values, np.float64)
+        if self.num_workers == 1:
+            return values
+        # The first replica of each process contributes its process's values, the others zeros.
         first_local = self.worker_index * self.local_replicas
         values = self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: per_replica[ctx.replica_id_in_sync_group - first_local])
-        mean = self.strategy.reduce(tf.distribute.ReduceOp.MEAN, values, axis=None)
-        offset = 0
-        for variable in variables:
-            size = int(np.prod(variable.shape))
-            value = tf.reshape(mean[offset:offset + size], variable.shape)
-            variable.assign(tf.cast(value, variable.dtype))  # cross-replica assign: every copy
-            offset += size
+            lambda ctx: tf.constant(values if ctx.replica_id_in_sync_group == first_local else 0 * values))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
 
     def all_fingerprints(self, variables):
         local = self.local_fingerprints(variables)
@@ -215,18 +231,22 @@ class MirroredLauncher(StrategyLauncher):
 class MultiWorkerLauncher(StrategyLauncher):
     name = "multiworker"
 
-    def __init__(self, cpu_replicas: int = 1, collective: str = "auto"):
+    def __init__(self, cpu_replicas: int = 1, collective: str = "auto", join_timeout: float = 300.0):
         resolver = self._cluster_resolver()
         _allow_gpu_memory_growth()
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation,
                                  collective.upper())
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=resolver,
-            communication_options=tf.distribute.experimental.CommunicationOptions(
-                implementation=implementation))
         spec = resolver.cluster_spec().as_dict()
-        self.num_workers = sum(len(tasks) for tasks in spec.values())
-        self.worker_index = resolver.task_id + (len(spec.get("chief", [])) if resolver.task_type == "worker" else 0)
+        addresses = [address for task_type in sorted(spec, key=lambda t: t != "chief") for address in spec[task_type]]
+        own = resolver.task_id + (len(spec.get("chief", [])) if resolver.task_type == "worker" else 0)
+        # The constructor blocks until every worker has joined, for up to an hour: give it a deadline.
+        with join_deadline(addresses, own, join_timeout):
+            self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=resolver,
+                communication_options=tf.distribute.experimental.CommunicationOptions(
+                    implementation=implementation))
+        self.num_workers = len(addresses)
+        self.worker_index = own
         self.num_replicas = self.strategy.num_replicas_in_sync
         self.local_replicas = self.num_replicas // self.num_workers
         self.num_nodes = len({address.rsplit(":", 1)[0] for tasks in spec.values() for address in tasks})
@@ -251,6 +271,46 @@ class MultiWorkerLauncher(StrategyLauncher):
         raise LauncherError(
             "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them "
             "with `python -m common.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
+
+
+def unreachable(addresses: list[str], timeout_s: float = 2.0) -> list[int]:
+    """Positions of the `addresses` (host:port) where nothing accepts a TCP connection."""
+    missing = []
+    for index, address in enumerate(addresses):
+        host, port = address.rsplit(":", 1)
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except OSError:
+            missing.append(index)
+    return missing
+
+
+@contextlib.contextmanager
+def join_deadline(addresses: list[str], own: int, seconds: float):
+    """End the process (status 4, one line naming the workers that never joined) when the body
+    has not returned after `seconds`. For code that blocks in C++, where no Python exception can
+    reach it: TensorFlow waits for every worker of a multi-worker cluster inside the strategy's
+    constructor, with no timeout of its own to set in 2.17."""
+    def expire():
+        missing = [i for i in unreachable(addresses) if i != own]
+        if missing:
+            who = ", ".join(f"worker {i} ({addresses[i]})" for i in missing)
+            reason = (f"{who} never joined; start every worker, or check that their TF_CONFIG (or "
+                      "SLURM/Job) addresses are reachable from this one")
+        else:
+            reason = ("every worker's port answers, but they do not agree on one cluster; give every "
+                      "worker the same cluster in TF_CONFIG")
+        print(f"error: worker {own}: the cluster did not form within {seconds:g} s: {reason} "
+              "(--join-timeout sets the deadline)", file=sys.stderr, flush=True)
+        os._exit(CLUSTER_EXIT_STATUS)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _slurm_cluster_resolver():
@@ -286,6 +346,9 @@ class HorovodLauncher(Launcher):
         if gpus:  # Horovod: pin one GPU per process, chosen by local rank.
             tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
             _allow_gpu_memory_growth()
+        from horovod.common.exceptions import HorovodInternalError
+        # Horovod: a rank failed or froze (Gloo's timeout); the ops then raise "Horovod has been shut down".
+        self.peer_errors = Launcher.peer_errors + (HorovodInternalError, tf.errors.UnknownError)
         self.num_workers = self.num_replicas = hvd.size()
         self.worker_index = hvd.rank()
         self.num_nodes = hvd.cross_size()
@@ -310,11 +373,13 @@ class HorovodLauncher(Launcher):
         for variable in model.variables + optimizer.variables:
             variable.assign(self.hvd.broadcast(variable.value, root_rank=0))
 
-    def average_replicas(self, variables):
-        # Horovod: every rank replaces its copy with the mean over ranks.
-        means = self.hvd.grouped_allreduce([v.value for v in variables], op=self.hvd.Average) if variables else []
-        for variable, mean in zip(variables, means):
-            variable.assign(mean)
+    def mean_over_replicas(self, tensors):
+        # Horovod: the mean over ranks, in one fused all-reduce.
+        return self.hvd.grouped_allreduce(list(tensors), op=self.hvd.Average) if tensors else tensors
+
+    def sum_over_processes(self, values):
+        values = tf.constant(np.asarray(values, np.float64))
+        return self.hvd.allreduce(values, op=self.hvd.Sum).numpy()
 
     def all_fingerprints(self, variables):
         return [fp for rank in self.hvd.allgather_object(self.local_fingerprints(variables)) for fp in rank]
@@ -323,11 +388,16 @@ class HorovodLauncher(Launcher):
         self.hvd.allreduce(tf.constant(0.0), op=self.hvd.Sum)
 
 
-def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto") -> Launcher:
-    """Build the named launcher. Call it before anything else touches TensorFlow's devices."""
+def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto",
+                    join_timeout: float = 300.0) -> Launcher:
+    """Build the named launcher. Call it before anything else touches TensorFlow's devices.
+
+    `join_timeout` (multiworker): seconds for every worker of the cluster to join."""
     classes = {cls.name: cls for cls in (SingleLauncher, MirroredLauncher, MultiWorkerLauncher, HorovodLauncher)}
     if name not in classes:
         raise LauncherError(f"unknown launcher {name!r}; choose one of {', '.join(LAUNCHERS)}")
     if collective not in COLLECTIVES:
         raise LauncherError(f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}")
+    if name == "multiworker":
+        return MultiWorkerLauncher(cpu_replicas=cpu_replicas, collective=collective, join_timeout=join_timeout)
     return classes[name](cpu_replicas=cpu_replicas, collective=collective)

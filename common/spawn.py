@@ -9,7 +9,8 @@
 This is what a cluster scheduler does for a job: it gives worker i the TF_CONFIG with task index i
 (and, with --gpus-per-worker, its own GPUs), streams the workers' output, and stops the others as
 soon as one fails, so that no worker waits forever on a collective its peer will never join. It exits
-with the first failing worker's code. One node picks free ports itself; several nodes agree on
+with the first failing worker's code. SIGTERM and SIGUSR1 sent to it go on to every worker, which
+then stop together with a checkpoint (see common/stopping.py) and exit with 143. One node picks free ports itself; several nodes agree on
 --port-base (ports port-base .. port-base+nproc-1 on every host must be free and reachable).
 """
 from __future__ import annotations
@@ -22,6 +23,8 @@ import socket
 import subprocess
 import sys
 import time
+
+from common.stopping import STOP_EXIT_STATUS, forwarding_stop_signals
 
 
 def build_tf_config(addresses: list[str], index: int) -> str:
@@ -87,24 +90,32 @@ def main(argv=None) -> int:
     for env in worker_environments(args.nproc, ports, args.gpus_per_worker, hosts, args.node_index):
         workers.append(subprocess.Popen(command, env={**os.environ, **env}))
     code = 0
-    try:
-        while workers and code == 0:
-            for worker in list(workers):
-                status = worker.poll()
-                if status is not None:
-                    workers.remove(worker)
-                    code = code or (status if status >= 0 else 128 - status)
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        code = 130
-    for worker in workers:  # one failed (or Ctrl-C): stop the rest rather than let them hang
-        worker.send_signal(signal.SIGTERM)
-    for worker in workers:
+    with forwarding_stop_signals(workers):
         try:
-            worker.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-    if code:
+            while workers and code == 0:
+                for worker in list(workers):
+                    status = worker.poll()
+                    if status is not None:
+                        workers.remove(worker)
+                        code = code or (status if status >= 0 else 128 - status)
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            code = 130
+        if code == STOP_EXIT_STATUS:  # a coordinated stop: the others are leaving on their own
+            deadline = time.monotonic() + 30
+            while any(worker.poll() is None for worker in workers) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        for worker in workers:  # one failed (or Ctrl-C): stop the rest rather than let them hang
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            try:
+                worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+    if code == STOP_EXIT_STATUS:
+        print(f"spawn: the workers stopped on a signal (status {code}); continue with --resume", file=sys.stderr)
+    elif code:
         print(f"spawn: a worker exited with status {code}; stopped the others", file=sys.stderr)
     return code
 

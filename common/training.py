@@ -12,6 +12,7 @@ same number a single device computes on the whole batch.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -25,9 +26,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.data import steps_per_epoch
+from common.data import DataError, steps_per_epoch
 from common.launchers import Launcher
 from common.results import check_in_sync, throughput, versions, write_json
+from common.stopping import ClusterError, StopFlag, StopRequested, peer_error_summary, stopped_marker
+
+
+class ResumeError(ValueError):
+    """--resume cannot continue the checkpointed run exactly; the message names what differs."""
 
 
 @dataclass
@@ -102,6 +108,7 @@ class Trainer:
     warmup_steps: int = 5  # steps left out of the throughput figures
     xla: bool = False
     profile_steps: tuple[int, int] | None = None  # TensorBoard profiler trace of steps START..END
+    seed: int | None = None  # the data-order seed; a resume must use the same one
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -112,6 +119,15 @@ class Trainer:
             self.total_steps = min(self.total_steps, self.max_steps)
         self.start_step = 0
         self.checkpoint_dir = os.path.join(self.results_dir, "checkpoints")
+        # SIGTERM/SIGUSR1 from here on stop the job after a step, with a checkpoint (common.stopping).
+        # The launcher exists already, so TensorFlow's own SIGTERM handler is not installed over ours.
+        self.stop_flag = StopFlag().install()
+
+    def run_identity(self) -> dict:
+        """What decides the data order and the per-replica state: a resumed run must match it."""
+        return {"recipe": self.recipe, "global_batch": self.global_batch, "replicas": self.launcher.num_replicas,
+                "per_replica_batch": self.per_replica_batch, "seed": self.seed,
+                "training_examples": self.num_examples}
 
     # -- set-up ------------------------------------------------------------------------------------
     def setup(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
@@ -122,10 +138,21 @@ class Trainer:
             optimizer.build(model.trainable_variables)
         self.model, self.optimizer = model, optimizer
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step)
+        # model.variables adds what the model's own checkpoint graph leaves out: the random state of
+        # the dropout layers (Keras SeedGenerator). Without it a resumed run draws other masks.
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step,
+                                              model_state=list(model.variables))
         latest = tf.train.latest_checkpoint(self.checkpoint_dir)
         if self.resume and latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            self._check_identity(latest)
+            try:
+                self.checkpoint.restore(latest).assert_existing_objects_matched()
+            except Exception as error:  # a truncated or foreign file fails in many ways (OpError, IndexError, ...)
+                raise ResumeError(
+                    f"checkpoint {latest} cannot be restored into this model ({type(error).__name__}: "
+                    f"{str(error).strip().splitlines()[0][:300]}); resume with the model settings that "
+                    "wrote it, delete it to fall back to the one before, or start over in another "
+                    "--results-dir") from None
             self.start_step = int(self.step.numpy())
             log(self.launcher, f"resumed from {latest} at step {self.start_step}")
         elif self.resume:
@@ -134,6 +161,8 @@ class Trainer:
             raise FileExistsError(
                 f"{self.checkpoint_dir} already holds checkpoints ({os.path.basename(latest)}); "
                 "pass --resume to continue that run, or choose another --results-dir")
+        if self.resume and self.launcher.is_chief and os.path.exists(stopped_marker(self.results_dir)):
+            os.remove(stopped_marker(self.results_dir))  # this run continues the stopped one
         self.launcher.prepare(model, optimizer)
 
     # -- training ----------------------------------------------------------------------------------
@@ -155,17 +184,44 @@ class Trainer:
             sums["examples"] = tf.cast(tf.shape(y)[0], tf.float32)
             return loss, gradients, sums
 
-        def replica_step(x, y):
+        drifting = self._replica_state()[1]
+
+        def replica_step(x, y, stop):
             loss, gradients, sums = forward_backward(x, y)
             gradients = launcher.aggregate_gradients(gradients)
             optimizer.apply_gradients(zip(gradients, variables))
-            return {"loss": loss, **sums}
+            # Batch-norm moving statistics: every replica takes the mean, so all hold one value.
+            means = launcher.mean_over_replicas([tf.identity(v.value) for v in drifting])  # tensors, not variables
+            for variable, mean in zip(drifting, means):
+                variable.assign(mean)
+            # The stop flag travels with the outputs: summed over replicas, every process sees the
+            # same total, so all of them stop after the same step.
+            return {"loss": loss, **sums, "stop": tf.identity(stop)}
 
         @tf.function
-        def train_step(batch):
-            return launcher.run(replica_step, batch)
+        def train_step(batch, stop):
+            return launcher.run(lambda x, y: replica_step(x, y, stop), batch)
 
         return train_step
+
+    def _identity_path(self) -> str:
+        return os.path.join(self.checkpoint_dir, "run.json")
+
+    def _check_identity(self, latest: str) -> None:
+        """Refuse a resume that could not continue the same run (different data order or replicas)."""
+        try:
+            with open(self._identity_path()) as handle:
+                saved = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise ResumeError(f"{self._identity_path()} cannot be read ({error}), so {latest} cannot be resumed "
+                              "safely; start over in another --results-dir") from None
+        differ = [f"{key} {saved.get(key)} -> {value}" for key, value in self.run_identity().items()
+                  if saved.get(key) != value]
+        if differ:
+            raise ResumeError(
+                f"--resume: {latest} was written by a run with other settings ({'; '.join(differ)}); the data "
+                "order and the per-replica state would not match its step count. Resume with the same "
+                "--batch-size, replica count, --seed and data, or start over in another --results-dir")
 
     def _replica_state(self):
         """What must be identical on every replica: the trainable weights and the float state that
@@ -174,11 +230,7 @@ class Trainer:
         drifting = [v for v in model.non_trainable_variables if "float" in str(v.dtype)]
         return model.trainable_variables, drifting
 
-    def _sync_drifting_state(self) -> None:
-        self.launcher.average_replicas(self._replica_state()[1])
-
     def _save_checkpoint(self) -> None:
-        self._sync_drifting_state()  # a collective: every replica takes part, before anyone saves
         # Every worker saves (saving can involve collectives), but only the chief keeps its copy.
         # Horovod has no collectives in saving: only rank 0 writes.
         if self.launcher.name == "horovod" and not self.launcher.is_chief:
@@ -187,6 +239,8 @@ class Trainer:
         if not self.launcher.is_chief:
             directory = tempfile.mkdtemp(prefix=f"worker{self.launcher.worker_index}-ckpt-")
         manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=2)
+        if self.launcher.is_chief:
+            write_json(self._identity_path(), self.run_identity())
         manager.save(checkpoint_number=int(self.step.numpy()))
         if not self.launcher.is_chief:
             shutil.rmtree(directory, ignore_errors=True)
@@ -203,8 +257,14 @@ class Trainer:
             tf.profiler.experimental.stop()
             log(self.launcher, f"profiler trace of steps {start + 1}..{step}: tensorboard --logdir {folder}")
 
-    def fit(self, dataset, task: Task, fault_desync_replica: int | None = None) -> None:
-        """Train from `start_step` to `total_steps`, then check that every replica agrees."""
+    def fit(self, dataset, task: Task, fault_desync_replica: int | None = None,
+            explain_input_error: Callable[[int], str | None] | None = None) -> None:
+        """Train from `start_step` to `total_steps`, then check that every replica agrees.
+
+        `explain_input_error(step)`, when given, is asked to name the file or value behind a data
+        error (a failed decode, a label out of range) in the batch of `step`; its answer becomes a
+        one-line DataError instead of TensorFlow's traceback.
+        """
         launcher = self.launcher
         log(launcher, f"{self.recipe}: launcher {launcher.name}, {launcher.num_workers} process(es), "
                       f"{launcher.num_replicas} replica(s), global batch {self.global_batch} "
@@ -218,15 +278,16 @@ class Trainer:
         for step in range(self.start_step + 1, self.total_steps + 1):
             if self.profile_steps:
                 self._profile(step, before=True)
-            outputs = {k: np.asarray(v.numpy(), np.float64) for k, v in train_step(next(iterator)).items()}
+            outputs = self._run_step(train_step, iterator, step, explain_input_error)
             now = time.perf_counter()
             self.step_times.append(now - last)
+            stop = outputs.pop("stop") > 0
             loss = float(outputs.pop("loss"))
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss} at step {step}; lower --lr or check the data")
             for key, value in outputs.items():
                 self.sums[key] = self.sums.get(key, 0.0) + value
-            if step % self.log_every == 0 or step == self.total_steps:
+            if step % self.log_every == 0 or step == self.total_steps or stop:
                 metrics = task.summarize(outputs)
                 self.history.append({"step": step, "loss": loss, **metrics})
                 rate = self.global_batch / np.median(self.step_times[-self.log_every:])
@@ -237,11 +298,12 @@ class Trainer:
             self.step.assign(step)
             if self.profile_steps:
                 self._profile(step, before=False)
-            if step % checkpoint_every == 0 or step == self.total_steps:
+            if step % checkpoint_every == 0 or step == self.total_steps or stop:
                 self._save_checkpoint()
+            if stop and step < self.total_steps:
+                self._stop(step)
             last = time.perf_counter()  # checkpoint and logging time is not step time
 
-        # The last step always checkpoints, which also averaged the batch-norm statistics.
         trainable, drifting = self._replica_state()
         if fault_desync_replica is not None:
             launcher.perturb_replica(trainable, fault_desync_replica)
@@ -250,9 +312,41 @@ class Trainer:
         log(launcher, f"replicas in sync: {len(self.fingerprints)} identical fingerprints of the weights "
                       f"and any batch-norm statistics ({self.fingerprints[0]})")
 
+    def _run_step(self, train_step, iterator, step: int, explain_input_error) -> dict:
+        """One training step; its outputs summed over replicas, as float64 numbers on the host."""
+        stop = tf.constant(1.0 if self.stop_flag.requested else 0.0)
+        try:
+            outputs = train_step(next(iterator), stop)
+            return {key: np.asarray(value.numpy(), np.float64) for key, value in outputs.items()}
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
+            message = explain_input_error(step) if explain_input_error else None
+            if message:
+                raise DataError(message) from None
+            raise
+        except self.launcher.peer_errors as error:
+            raise ClusterError(
+                f"worker {self.launcher.worker_index}: lost contact with the other workers at step {step} "
+                f"({type(error).__name__}: {peer_error_summary(error)}); a peer died, froze or was stopped. "
+                "Continue from the last checkpoint with --resume") from None
+
+    def _stop(self, step: int) -> None:
+        """After the checkpoint of `step`: wait for every process, then leave with StopRequested."""
+        if self.launcher.is_chief:  # for whatever started the job: horovodrun reports only "status 1"
+            write_json(stopped_marker(self.results_dir), {"step": step, "total_steps": self.total_steps,
+                                                         "signal": self.stop_flag.signal_name})
+        self.launcher.barrier()  # nobody exits (and has a scheduler kill the rest) before the checkpoint is whole
+        raise StopRequested(f"stopped at step {step} of {self.total_steps} ({self.stop_flag.signal_name or 'a peer'}"
+                            f"{'' if self.stop_flag.requested else ' was signalled'}); checkpoint in "
+                            f"{self.checkpoint_dir}; continue with --resume", step)
+
     # -- evaluation and results --------------------------------------------------------------------
     def evaluate(self, dataset, task: Task) -> dict:
-        """Loss and metrics over a whole dataset (every example counted once), on this process."""
+        """Loss and metrics over an evaluation set shared by every process of the job.
+
+        Each process passes the dataset of its own share (`launcher.eval_share(num_examples)`); the
+        loss and metric sums are added up over the processes, so every example counts exactly once
+        and every process returns the whole set's figures. Every process must call it.
+        """
         model = self.model
 
         @tf.function
@@ -268,13 +362,29 @@ class Trainer:
             for key, value in eval_step(x, y).items():
                 totals[key] = totals.get(key, 0.0) + value.numpy().astype(np.float64)
         if not totals:
-            raise ValueError("the evaluation dataset is empty")
+            raise DataError("this process's share of the evaluation set is empty")
+        totals = self._sum_over_processes(totals)
         return {"loss": float(totals["loss"] / totals["examples"]), **task.summarize(totals),
                 "examples": int(totals["examples"])}
 
+    def _sum_over_processes(self, totals: dict) -> dict:
+        """{name: float64 array} summed over every process, in one collective."""
+        keys = sorted(totals)
+        shapes = [np.shape(totals[key]) for key in keys]
+        flat = np.concatenate([np.ravel(totals[key]) for key in keys]) if keys else np.zeros([0])
+        flat = self.launcher.sum_over_processes(flat)
+        summed, offset = {}, 0
+        for key, shape in zip(keys, shapes):
+            size = int(np.prod(shape))
+            summed[key] = flat[offset:offset + size].reshape(shape)
+            offset += size
+        return summed
+
     def save_results(self, extra: dict | None = None) -> str | None:
-        """results.json and the final weights, written by the chief only."""
+        """results.json and the final weights, written by the chief; every process calls it and
+        returns only once the chief has written them, so the job's processes end together."""
         if not self.launcher.is_chief:
+            self.launcher.barrier()
             return None
         path = os.path.join(self.results_dir, "results.json")
         self.model.save_weights(os.path.join(self.results_dir, "final.weights.h5"))
@@ -302,4 +412,5 @@ class Trainer:
         }
         write_json(path, results)
         print(f"results: {path}", flush=True)
+        self.launcher.barrier()
         return path

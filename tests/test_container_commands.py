@@ -150,7 +150,7 @@ def test_bad_gpus_are_rejected_with_the_value(gpus):
 
 def test_run_defaults_follow_nvidia_recommendations():
     argv = run()
-    assert argv[:3] == ["docker", "run", "--rm"]
+    assert argv[:4] == ["docker", "run", "--rm", "--init"]
     assert "--ipc=host" in argv
     assert flag_values(argv, "--ulimit") == ["memlock=-1", "stack=67108864"]
     assert "--privileged" not in argv
@@ -158,6 +158,14 @@ def test_run_defaults_follow_nvidia_recommendations():
     assert "-it" not in argv
     # Docker ignores --shm-size with the host's IPC namespace, so it is not given.
     assert "--shm-size" not in argv
+
+
+def test_run_passes_stop_signals_on_and_waits_for_the_checkpoint():
+    argv = run()
+    # PID 1 in a container ignores signals it has no handler for: --init forwards them.
+    assert "--init" in argv[:argv.index("tf-recipes/mnist-cnn:latest")]
+    assert flag_values(argv, "--stop-timeout") == ["60"]
+    assert "--stop-timeout" not in run(stop_timeout=None)
 
 
 def test_run_image_comes_before_the_inner_command():

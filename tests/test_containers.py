@@ -69,7 +69,8 @@ def test_mnist_trains_inside_the_container(mnist_image, engine, tmp_path, name):
                          "--results-dir", str(tmp_path), "--", "--synthetic", "--max-steps", "8", "--log-every", "4",
                          env=engine)
     assert_ok(process)
-    assert f"docker run --rm --ipc=host" in process.stdout and mnist_image in process.stdout
+    assert "docker run --rm --init" in process.stdout and "--ipc=host" in process.stdout
+    assert mnist_image in process.stdout
     results = read_results(tmp_path)
     assert RESULT_FIELDS <= results.keys()
     replicas = 1 if name == "single" else 2

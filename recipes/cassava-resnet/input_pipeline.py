@@ -246,16 +246,21 @@ def make_train_dataset(arrays: ImageArrays, shard: InputShard, total_steps: int,
     return dataset.map(gather, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
 
 
-def make_eval_dataset(builder, split: str, image_size: int, batch_size: int) -> tf.data.Dataset:
-    """One pass over a split: decoded in parallel, not cached (the chief reads it once per run)."""
+def make_eval_dataset(builder, split: str, image_size: int, batch_size: int,
+                      share: slice | None = None) -> tf.data.Dataset:
+    """One pass over a split, or over examples [share.start, share.stop) of it (this process's
+    share, see Launcher.eval_share): decoded in parallel, not cached (read once per run)."""
+    if share is not None:
+        split = f"{split}[{share.start}:{share.stop}]"
     dataset = encoded_split(builder, split).map(
         lambda jpeg, label: (decode_and_resize(jpeg, image_size), label), num_parallel_calls=AUTOTUNE)
     return dataset.batch(batch_size).prefetch(AUTOTUNE)
 
 
-def arrays_dataset(arrays: ImageArrays, batch_size: int) -> tf.data.Dataset:
-    """Evaluation over in-memory ImageArrays (--synthetic)."""
-    indices = tf.data.Dataset.range(len(arrays)).batch(batch_size)
+def arrays_dataset(arrays: ImageArrays, batch_size: int, share: slice | None = None) -> tf.data.Dataset:
+    """Evaluation over in-memory ImageArrays (--synthetic), or over examples [share.start, share.stop)."""
+    share = share or slice(0, len(arrays))
+    indices = tf.data.Dataset.range(share.start, share.stop).batch(batch_size)
     return indices.map(lambda i: tf.numpy_function(arrays.gather, [i], (tf.uint8, tf.int32), stateful=False))
 
 

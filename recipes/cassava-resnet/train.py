@@ -59,10 +59,13 @@ def load_train_split(args, launcher):
     return builder, arrays
 
 
-def make_eval_dataset(builder, args):
+def make_eval_dataset(builder, args, launcher):
+    """This process's share of the validation photos (every process evaluates one share)."""
     if builder is None:
-        return input_pipeline.arrays_dataset(input_pipeline.synthetic_split(128, args.image_size, args.seed + 1), 64)
-    return input_pipeline.make_eval_dataset(builder, "validation", args.image_size, batch_size=64)
+        arrays = input_pipeline.synthetic_split(128, args.image_size, args.seed + 1)
+        return input_pipeline.arrays_dataset(arrays, 64, launcher.eval_share(len(arrays)))
+    share = launcher.eval_share(builder.info.splits["validation"].num_examples)
+    return input_pipeline.make_eval_dataset(builder, "validation", args.image_size, batch_size=64, share=share)
 
 
 # ## Model
@@ -181,7 +184,7 @@ def main():
         parser.error(f"--image-size {args.image_size} is below ResNet50's minimum of 32")
 
     # The launcher comes first: it may split the CPU into logical devices before TF initialises.
-    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective)
+    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
     precision = training.configure_precision(args.amp)
     weights = check_weights(args.weights)  # before the data: a bad --weights fails in seconds
@@ -193,7 +196,7 @@ def main():
         launcher, RECIPE, num_examples=len(train_arrays), per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile)
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile, seed=args.seed)
 
     with launcher.scope():
         model = build_model(args.image_size, weights)
@@ -208,12 +211,11 @@ def main():
     # fit() also averages the batch-norm moving statistics over the replicas and checks them.
     trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica)
 
-    if launcher.is_chief:
-        validation = trainer.evaluate(make_eval_dataset(builder, args), TASK)
-        training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")
-        trainer.save_results({"final_metrics": {"validation": validation}, "precision": precision,
-                              "data": "synthetic" if args.synthetic else "cassava",
-                              "image_size": args.image_size, "weights": args.weights})
+    validation = trainer.evaluate(make_eval_dataset(builder, args, launcher), TASK)
+    training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")
+    trainer.save_results({"final_metrics": {"validation": validation}, "precision": precision,
+                          "data": "synthetic" if args.synthetic else "cassava",
+                          "image_size": args.image_size, "weights": args.weights})
 
 
 if __name__ == "__main__":

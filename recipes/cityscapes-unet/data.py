@@ -327,14 +327,18 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     return batches.prefetch(AUTOTUNE)
 
 
-def make_eval_dataset(data_dir, split: str = "val", *, batch_size: int, size=None) -> tf.data.Dataset:
-    """Every example of the split once, in index order, unaugmented; the last batch may be smaller.
+def make_eval_dataset(data_dir, split: str = "val", *, batch_size: int, size=None,
+                      share: slice | None = None) -> tf.data.Dataset:
+    """Every example of the split once (or of examples [share.start, share.stop): this process's
+    share, see Launcher.eval_share), in index order, unaugmented; the last batch may be smaller.
 
     size=(H, W) resizes (image bilinear, categories nearest neighbour); default: full resolution.
     """
     index = read_index(data_dir, split)
     height, width = index["height"], index["width"]
     image_files, category_files = _file_names(data_dir, split, index)
+    if share is not None:
+        image_files, category_files = image_files[share], category_files[share]
 
     def load(image_file, category_file):
         image, categories = _read_and_decode(image_file, category_file, height, width)

@@ -129,7 +129,7 @@ def main():
     args = parse_args()
     results_dir = args.results_dir or os.path.join("results", RECIPE)
 
-    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective)
+    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
     precision = training.configure_precision(args.amp)
 
@@ -149,7 +149,7 @@ def main():
         launcher, RECIPE, num_examples=num_examples, per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile)
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile, seed=args.seed)
 
     with launcher.scope():
         model = build_unet(args.filters, args.depth, args.dropout, args.batch_norm)
@@ -169,22 +169,20 @@ def main():
     trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK,
                 fault_desync_replica=args.fault_desync_replica, explain_input_error=explain)
 
-    if not launcher.is_chief:
-        return
     extra = {"precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
              "crop": args.crop, "shard_late": args.shard_late,
              "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
-             "parameters": model.count_params()}
+             "parameters": model.count_params(), "final_metrics": {}}
     if not synthetic:
+        # Every process evaluates its own share of the val images; the sums are added up over processes.
+        share = launcher.eval_share(data.num_examples(args.data_dir, "val"))
         val = trainer.evaluate(data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size,
-                                                      size=args.eval_size), TASK)
+                                                      size=args.eval_size, share=share), TASK)
         training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}")
         extra["final_metrics"] = {"val": val}
-        if args.predict_dir:
+        if args.predict_dir and launcher.is_chief:
             written = write_predictions(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size)
             training.log(launcher, f"wrote {written} prediction PNGs to {args.predict_dir}")
-    else:
-        extra["final_metrics"] = {}
     trainer.save_results(extra)
 
 

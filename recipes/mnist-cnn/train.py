@@ -161,7 +161,7 @@ def main():
     results_dir = args.results_dir or os.path.join("results", RECIPE)
 
     # The launcher comes first: it may split the CPU into logical devices before TF initialises.
-    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective)
+    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
     precision = training.configure_precision(args.amp)
 
@@ -170,7 +170,7 @@ def main():
         launcher, RECIPE, num_examples=len(x_train), per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile)
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile, seed=args.seed)
 
     with launcher.scope():
         model = build_model(dropout=not args.no_dropout)
@@ -185,11 +185,12 @@ def main():
         args.batch_size)
     trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica)
 
-    if launcher.is_chief:
-        test_metrics = trainer.evaluate(make_eval_dataset(x_test, y_test), TASK)
-        training.log(launcher, f"test: loss {test_metrics['loss']:.4f}  accuracy {test_metrics['accuracy']:.4f}")
-        trainer.save_results({"final_metrics": {"test": test_metrics}, "precision": precision,
-                              "data": "synthetic" if args.synthetic else "mnist"})
+    # Every process evaluates its own share of the test set; the sums are added up over processes.
+    share = launcher.eval_share(len(x_test))
+    test_metrics = trainer.evaluate(make_eval_dataset(x_test[share], y_test[share]), TASK)
+    training.log(launcher, f"test: loss {test_metrics['loss']:.4f}  accuracy {test_metrics['accuracy']:.4f}")
+    trainer.save_results({"final_metrics": {"test": test_metrics}, "precision": precision,
+                          "data": "synthetic" if args.synthetic else "mnist"})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,108 @@
+"""Stopping a job cleanly: stop signals, exit statuses, and passing signals on to child processes.
+
+Schedulers stop jobs all the time: a SLURM time limit or preemption (`#SBATCH --signal` sends an
+early warning), `scancel`, a Kubernetes eviction or `docker stop` (SIGTERM, then SIGKILL after a
+grace period). A training process that gets SIGTERM or SIGUSR1 only raises a flag here; the training
+loop all-reduces that flag with the step's outputs, so every process of the job stops after the
+*same* step, the chief checkpoints it, all of them meet at a barrier and exit with STOP_EXIT_STATUS.
+`--resume` then continues exactly where the job stopped.
+
+Exit statuses of every train.py:
+    0    finished; results.json written
+    2    a user mistake or bad data; nothing written (one line on stderr says what to change)
+    3    the replicas finished with different weights (the desync guard); no results.json
+    4    the cluster did not form, or a peer was lost mid-run (infrastructure: retry)
+    143  stopped by SIGTERM/SIGUSR1 with a checkpoint of the stop step (retry with --resume)
+
+143 is 128 + SIGTERM, what a stopped process conventionally reports, and inside the range
+(128-255) that Kubeflow's `restartPolicy: ExitCode` treats as retryable.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import sys
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_EXIT_STATUS = 143
+CLUSTER_EXIT_STATUS = 4
+
+
+def stopped_marker(results_dir: str) -> str:
+    """The file the chief writes when the job stopped on a signal: {"step", "total_steps", "signal"}."""
+    return os.path.join(results_dir, "stopped.json")
+
+
+def job_status(status: int, results_dir: str, since: float) -> int:
+    """The status to report for a job that a launcher (horovodrun, mpirun) ended with `status`:
+    STOP_EXIT_STATUS when the training processes stopped on a signal after `since` (a time.time()),
+    whatever status the launcher itself chose, else `status`."""
+    marker = stopped_marker(results_dir)
+    if status and os.path.exists(marker) and os.path.getmtime(marker) >= since:
+        return STOP_EXIT_STATUS
+    return status
+
+
+class StopRequested(Exception):
+    """The job stopped on a signal after checkpointing `step`; the process should exit with 143."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not form, or a peer was lost; the message names who and what to check."""
+
+
+def peer_error_summary(error: Exception) -> str:
+    """The line of a collective's error that says what happened to the peer (TensorFlow's first
+    line is often just "Graph execution error:")."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    telling = [line for line in lines if re.search(r"heartbeat|shut down|task:\d+|[Cc]onnection|[Ss]ocket|Timed out", line)]
+    return (telling or lines or [type(error).__name__])[0][:200]
+
+
+class StopFlag:
+    """Records the first SIGTERM/SIGUSR1 this process receives; the training loop polls it.
+
+    Install it *after* a MultiWorkerMirroredStrategy exists: creating one installs TensorFlow's own
+    SIGTERM handler (which logs and keeps training), replacing any handler installed earlier.
+    """
+
+    def __init__(self):
+        self.signal_name: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def install(self) -> "StopFlag":
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal_name is None:
+            self.signal_name = signal.Signals(signum).name
+            print(f"{self.signal_name} received: stopping after the current step, with a checkpoint",
+                  file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def forwarding_stop_signals(processes):
+    """While inside, SIGTERM and SIGUSR1 sent to this process go on to every process in `processes`
+    (a list of subprocess.Popen, read at signal time) that is still running."""
+    def forward(signum, frame):
+        for process in list(processes):
+            if process.poll() is None:
+                process.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
