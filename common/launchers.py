@@ -17,19 +17,19 @@ plain GradientTape works under all four and keeps the replicas bit-identical (Ke
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import hashlib
 import json
 import os
 import shutil
 import socket
-import sys
-import threading
+import time
 
 import numpy as np
 import tensorflow as tf
 
 from common.data import InputShard, eval_share
-from common.stopping import CLUSTER_EXIT_STATUS
+from common.stopping import ClusterError
 
 LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
 COLLECTIVES = ("auto", "ring", "nccl")
@@ -239,17 +239,22 @@ class MultiWorkerLauncher(StrategyLauncher):
         spec = resolver.cluster_spec().as_dict()
         addresses = [address for task_type in sorted(spec, key=lambda t: t != "chief") for address in spec[task_type]]
         own = resolver.task_id + (len(spec.get("chief", [])) if resolver.task_type == "worker" else 0)
-        # The constructor blocks until every worker has joined, for up to an hour: give it a deadline.
-        with join_deadline(addresses, own, join_timeout):
-            self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-                cluster_resolver=resolver,
-                communication_options=tf.distribute.experimental.CommunicationOptions(
-                    implementation=implementation))
         self.num_workers = len(addresses)
         self.worker_index = own
+        self.num_nodes = len({address.rsplit(":", 1)[0] for tasks in spec.values() for address in tasks})
+        wait_for_peers(addresses, own, join_timeout)
+        # Workers that answer but disagree on the cluster would still block below, in C++ that no
+        # Python code can interrupt: faulthandler's watchdog ends the process (status 1, with a
+        # stack dump) after the same deadline. The barrier is passed only by a complete cluster.
+        faulthandler.dump_traceback_later(join_timeout, exit=True)
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver,
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=implementation))
         self.num_replicas = self.strategy.num_replicas_in_sync
         self.local_replicas = self.num_replicas // self.num_workers
-        self.num_nodes = len({address.rsplit(":", 1)[0] for tasks in spec.values() for address in tasks})
+        self.barrier()
+        faulthandler.cancel_dump_traceback_later()
 
     @staticmethod
     def _cluster_resolver():
@@ -273,44 +278,47 @@ class MultiWorkerLauncher(StrategyLauncher):
             "with `python -m common.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
 
 
-def unreachable(addresses: list[str], timeout_s: float = 2.0) -> list[int]:
+def unreachable(addresses: list[str], timeout_s: float = 1.0) -> list[int]:
     """Positions of the `addresses` (host:port) where nothing accepts a TCP connection."""
     missing = []
     for index, address in enumerate(addresses):
         host, port = address.rsplit(":", 1)
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-        except OSError:
+        except OSError:  # refused, timed out, or a name that does not resolve (yet)
             missing.append(index)
     return missing
 
 
-@contextlib.contextmanager
-def join_deadline(addresses: list[str], own: int, seconds: float):
-    """End the process (status 4, one line naming the workers that never joined) when the body
-    has not returned after `seconds`. For code that blocks in C++, where no Python exception can
-    reach it: TensorFlow waits for every worker of a multi-worker cluster inside the strategy's
-    constructor, with no timeout of its own to set in 2.17."""
-    def expire():
-        missing = [i for i in unreachable(addresses) if i != own]
-        if missing:
-            who = ", ".join(f"worker {i} ({addresses[i]})" for i in missing)
-            reason = (f"{who} never joined; start every worker, or check that their TF_CONFIG (or "
-                      "SLURM/Job) addresses are reachable from this one")
-        else:
-            reason = ("every worker's port answers, but they do not agree on one cluster; give every "
-                      "worker the same cluster in TF_CONFIG")
-        print(f"error: worker {own}: the cluster did not form within {seconds:g} s: {reason} "
-              "(--join-timeout sets the deadline)", file=sys.stderr, flush=True)
-        os._exit(CLUSTER_EXIT_STATUS)
+def wait_for_peers(addresses: list[str], own: int, seconds: float) -> None:
+    """Before TensorFlow starts its server: wait until every other worker's port answers, holding
+    this worker's own port open meanwhile so that the others see it too. Raises ClusterError naming
+    the workers that never answered within `seconds`.
 
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
+    TensorFlow itself waits for a missing worker inside the strategy's constructor, holding the
+    GIL, for up to an hour; nothing in Python can interrupt it there, so the check comes first."""
+    port = int(addresses[own].rsplit(":", 1)[1])
     try:
-        yield
+        family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
+        listener = socket.create_server(("", port), family=family, dualstack_ipv6=family == socket.AF_INET6)
+    except OSError as error:
+        raise ClusterError(f"worker {own}: its port {port} ({addresses[own]}) cannot be opened ({error.strerror}); "
+                           "another process holds it: stop that process or give this worker another port") from None
+    others = [i for i in range(len(addresses)) if i != own]
+    deadline = time.monotonic() + seconds
+    try:
+        while others:
+            others = [others[i] for i in unreachable([addresses[j] for j in others])]
+            if others and time.monotonic() > deadline:
+                who = ", ".join(f"worker {i} ({addresses[i]})" for i in others)
+                raise ClusterError(
+                    f"worker {own}: the cluster did not form within {seconds:g} s: {who} never joined; start "
+                    "every worker with the same cluster (TF_CONFIG, SLURM or Job), check that the addresses "
+                    "are reachable from this one, or raise --join-timeout")
+            if others:
+                time.sleep(0.5)
     finally:
-        timer.cancel()
+        listener.close()  # TensorFlow's server takes the port over
 
 
 def _slurm_cluster_resolver():
