@@ -85,7 +85,8 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         directives.insert(3, f"--gpus-per-node={gpus_per_node}")
     directives += [f"--partition={partition}"] if partition else []
     directives += [f"--account={account}"] if account else []
-    directives += ["--requeue"] if requeue else []
+    # A requeued job writes to the same output file: append, so that the stopped attempt's log stays.
+    directives += ["--requeue", "--open-mode=append"] if requeue else []
 
     inside = bool(sif or container_image)
     train_args = list(train_args)

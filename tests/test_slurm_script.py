@@ -95,7 +95,7 @@ def run_script_with_srun_status(tmp_path, text, status):
 @pytest.mark.parametrize("status,requeued", [(143, True), (0, False), (2, False), (4, False)])
 def test_requeue_puts_back_only_a_job_that_stopped_with_a_checkpoint(tmp_path, status, requeued):
     text = render_sbatch("mnist-cnn", "multiworker", nodes=1, gpus_per_node=0, tasks_per_node=2, requeue=True)
-    assert "--requeue" in directives(text)
+    assert "--requeue" in directives(text) and "--open-mode=append" in directives(text)
     process, scontrol = run_script_with_srun_status(tmp_path, text, status)
     # set -e must not end the script before the status is checked, and the job ends with srun's status.
     assert process.returncode == status, process.stderr
