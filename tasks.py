@@ -231,7 +231,7 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
             user=f"{os.getuid()}:{os.getgid()}", profile=nsys,
             network="host" if len(host_list) > 1 else None,  # workers on other hosts reach these ports
             memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
-            name=launch.container_name(recipe, results_dir), docker=docker)
+            name=launch.container_name(recipe, results_dir, str(os.getpid())), docker=docker)
         env = {}
     else:
         sif = image or os.path.join(cfg["sif_dir"], f"{recipe}_{base}.sif")

@@ -152,11 +152,12 @@ def launch_environment(gpus: int) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
-def container_name(recipe: str, results_dir: str) -> str:
-    """`tf-recipes-RECIPE-RUN` (RUN: the results folder's name), what `docker stop` takes; only the
-    characters Docker allows in names."""
+def container_name(recipe: str, results_dir: str, suffix: str = "") -> str:
+    """`tf-recipes-RECIPE-RUN[-SUFFIX]` (RUN: the results folder's name), what `docker stop` takes;
+    only the characters Docker allows in names. A suffix (the caller's pid) keeps two runs with
+    results folders of the same name apart."""
     run = re.sub(r"[^a-zA-Z0-9_.-]+", "-", os.path.basename(os.path.normpath(results_dir))).strip("-.")
-    return f"tf-recipes-{recipe}-{run}" if run else f"tf-recipes-{recipe}"
+    return "-".join(part for part in ("tf-recipes", recipe, run, suffix) if part)
 
 
 def run_dir_name(recipe: str, launcher: str, stamp: str) -> str:

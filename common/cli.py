@@ -108,7 +108,7 @@ def run_main(main) -> None:
     sync, 4 cluster did not form or a peer was lost, 143 stopped on a signal with a checkpoint."""
     try:
         main()
-    except (DataError, LauncherError, ResumeError, FileExistsError, FileNotFoundError) as error:
+    except (DataError, LauncherError, ResumeError, FileExistsError, FileNotFoundError, FloatingPointError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
     except DesyncError as error:

@@ -127,3 +127,4 @@ def test_container_names_are_what_docker_accepts():
         "tf-recipes-mnist-cnn-20261121-101500-horovod"
     assert container_name("mnist-cnn", "/tmp/my run: 2/") == "tf-recipes-mnist-cnn-my-run-2"
     assert container_name("mnist-cnn", "/") == "tf-recipes-mnist-cnn"
+    assert container_name("mnist-cnn", "/r/parts", "4242") == "tf-recipes-mnist-cnn-parts-4242"

@@ -14,7 +14,7 @@ from helpers import assert_ok, read_results, run_invoke
 from jobs import Job, wait_for_processes, signal_rank
 
 pytestmark = pytest.mark.slow
-STEPS = 150
+STEPS = 60
 TRAIN = ["--synthetic", "--batch-size", "32", "--max-steps", str(STEPS), "--log-every", "1",
          "--checkpoint-every", "50"]
 REPLICAS = {"single": 1, "mirrored": 2, "multiworker": 2, "horovod": 2}
