@@ -415,6 +415,88 @@ def launch_files_task(c, recipe=None, check=False, dry=False):
                     os.chmod(path, 0o755)
 
 
+# -- bench ----------------------------------------------------------------------------------------
+
+@task(
+    positional=["recipe"],
+    auto_shortflags=False,
+    help={
+        "recipe": "recipe folder name under recipes/",
+        "replicas": "replica counts to measure, comma-separated (default 1,2,4 on the CPU; 1,2,4,8 up to --gpus)",
+        "launchers": "launchers to measure, comma-separated (single runs only at 1 replica)",
+        "rounds": "interleaved rounds; the median of the rounds is reported",
+        "gpus": "GPUs on this machine; 0 measures CPU replicas (--cpu-replicas)",
+        "out": "folder for bench.md, bench.json and bench.png (default results/bench/RECIPE-TIME)",
+        "input-benchmark": "also run the recipe's benchmark_input.py and compare its rates with training",
+        "input-args": "arguments for benchmark_input.py (quoted), besides the --json it always gets",
+        "keep-runs": "keep every run's results folder and log under OUT/runs",
+        "dry": "print the commands, run nothing",
+    },
+)
+def bench(c, recipe, replicas=None, launchers=",".join(launch.LAUNCHERS), rounds="3", gpus="0", out=None,
+          input_benchmark=True, input_args="", keep_runs=False, dry=False):
+    """Measure RECIPE's images/s under every launcher and replica count; arguments after -- go to train.py."""
+    from commands import bench as benchmark
+
+    try:
+        check_recipe(recipe)
+        gpus = launch.parse_count("--gpus", gpus)
+        counts = benchmark.parse_replicas(replicas) if replicas else benchmark.default_replicas(gpus)
+        rounds = launch.parse_count("--rounds", rounds)
+        train_args = benchmark.train_args_for(recipe, shlex.split(c.remainder or ""))
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = os.path.abspath(out or os.path.join(ROOT, "results", "bench", f"{recipe}-{stamp}"))
+        runs_dir = os.path.join(out, "runs")
+        runs = benchmark.plan_runs(recipe, benchmark.parse_launchers(launchers), counts, rounds, train_args,
+                                   runs_dir, gpus=gpus, python=sys.executable, horovodrun=local_horovodrun())
+    except launch.LaunchError as error:
+        fail(str(error))
+    input_json = os.path.join(out, "input-benchmark.json")
+    input_command = benchmark.input_benchmark_command(recipe, ROOT, input_json, shlex.split(input_args),
+                                                      python=sys.executable) if input_benchmark else None
+    if dry:
+        for run in runs:
+            show(run.argv, run.env)
+        if input_command:
+            show(input_command)
+        print(f"would write {out}/bench.md, bench.json and bench.png ({len(runs)} training runs)")
+        return
+
+    command = shlex.join(["invoke", "bench", *sys.argv[sys.argv.index("bench") + 1:]]) if "bench" in sys.argv \
+        else f"invoke bench {recipe}"
+    load_before = [round(value, 2) for value in os.getloadavg()]
+    records = []
+    for index, run in enumerate(runs, 1):
+        show(run.argv, run.env)
+        record = benchmark.run_measurement(run, ROOT, os.path.join(runs_dir, f"{run.name}.log"))
+        records.append(record)
+        measured = f"{record['images_per_sec']:,.1f} img/s" if not record.get("error") else f"FAILED: {record['error']}"
+        print(f"[{index}/{len(runs)}] round {run.round}/{rounds} {run.launcher} x{run.replicas}: {measured}", flush=True)
+    status = None
+    if input_command:
+        show(input_command)
+        with open(os.path.join(out, "input-benchmark.log"), "w") as log:
+            status = subprocess.call(input_command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    machine = {**benchmark.machine_info(),
+               "load_average": {"before": load_before, "after": [round(value, 2) for value in os.getloadavg()]}}
+    report = benchmark.build_report(
+        recipe, records, command=command, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=machine, gpus=gpus, rounds=rounds, train_args=train_args,
+        input_section=benchmark.input_section(recipe, input_command, input_json, status))
+    report["git_revision"] = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, text=True,
+                                            capture_output=True).stdout.strip() or "unknown"
+    paths = benchmark.write_outputs(report, out)
+    print(benchmark.render_markdown(report), end="")
+    failed = [record for record in records if record.get("error")]
+    if failed:
+        raise Exit(f"{len(failed)} of {len(records)} runs failed (logs in {runs_dir}); wrote {', '.join(paths.values())}",
+                   code=1)
+    if not keep_runs:
+        shutil.rmtree(runs_dir, ignore_errors=True)
+    print(f"wrote {', '.join(paths.values())}")
+
+
 # -- images: base images --------------------------------------------------------------------------
 
 @task(help={"rootfs": "folder for the Debian root file system", "dry": "print the commands, run nothing"})
@@ -453,7 +535,7 @@ def cpu(c, base="debian", ca_bundle=None, dry=False):
 
 
 images = Collection("images", bootstrap, cpu)
-namespace = Collection(run, build, sbatch, images)
+namespace = Collection(run, build, sbatch, bench, images)
 namespace.add_task(k8s_manifests, name="k8s")
 namespace.add_task(launch_files_task, name="launch-files")
 namespace.configure({"tf_recipes": DEFAULTS})
