@@ -1,15 +1,16 @@
-"""The flags every recipe shares, and clean one-line errors for user mistakes."""
+"""The flags every recipe shares, and clean one-line errors for user mistakes.
+
+This module does not import TensorFlow: a recipe parses its arguments before TensorFlow loads, so
+`train.py --help` and a mistyped flag answer at once and without TensorFlow's start-up log.
+"""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 
-from common.data import DataError
-from common.launchers import COLLECTIVES, LAUNCHERS, Launcher, LauncherError
-from common.results import DesyncError
-from common.stopping import CLUSTER_EXIT_STATUS, STOP_EXIT_STATUS, ClusterError, StopRequested, peer_error_summary
-from common.training import ResumeError
+LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
+COLLECTIVES = ("auto", "ring", "nccl")
 
 
 def _whole_number(text: str, minimum: int, rule: str) -> int:
@@ -80,6 +81,9 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     train.add_argument("--amp", action="store_true",
                        help="mixed precision: float16 on GPU, bfloat16 on CPU")
     train.add_argument("--xla", action="store_true", help="compile each replica's step with XLA")
+    train.add_argument("--steps-per-loop", type=positive_int, default=10, metavar="K",
+                       help="training steps per compiled call; the host waits for and reads the outputs "
+                            "only every K steps (and at --log-every, checkpoint, --profile and the end)")
     data = parser.add_argument_group("data")
     data.add_argument("--data-dir", default=None, help="where the dataset is (see the recipe README)")
     data.add_argument("--synthetic", action="store_true",
@@ -106,6 +110,12 @@ def run_main(main) -> None:
 
     Exit statuses (see common/stopping.py): 0 done, 2 user mistake or bad data, 3 replicas out of
     sync, 4 cluster did not form or a peer was lost, 143 stopped on a signal with a checkpoint."""
+    from common.data import DataError
+    from common.launchers import Launcher, LauncherError
+    from common.results import DesyncError
+    from common.stopping import CLUSTER_EXIT_STATUS, STOP_EXIT_STATUS, ClusterError, StopRequested, peer_error_summary
+    from common.training import ResumeError
+
     try:
         main()
     except (DataError, LauncherError, ResumeError, FileExistsError, FileNotFoundError, FloatingPointError) as error:

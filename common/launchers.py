@@ -28,11 +28,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from common.cli import COLLECTIVES, LAUNCHERS
 from common.data import InputShard, eval_share
 from common.stopping import ClusterError
 
-LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
-COLLECTIVES = ("auto", "ring", "nccl")
 
 
 class LauncherError(RuntimeError):
@@ -91,8 +90,9 @@ class Launcher:
         """`dataset_fn(InputShard)` -> per-replica batches; returns what `run` takes, step by step."""
         raise NotImplementedError
 
-    def run(self, replica_fn, batch):
-        """Run `replica_fn(*batch)` on every replica; return its dict of outputs summed over all."""
+    def run(self, replica_fn, batch, reduce: bool = True):
+        """Run `replica_fn(*batch)` on every replica; return its dict of outputs summed over all
+        (with `reduce=False`, return nothing and spend no collective on the outputs)."""
         raise NotImplementedError
 
     def aggregate_gradients(self, gradients):
@@ -157,8 +157,10 @@ class StrategyLauncher(Launcher):
 
         return self.strategy.distribute_datasets_from_function(per_worker)
 
-    def run(self, replica_fn, batch):
+    def run(self, replica_fn, batch, reduce=True):
         outputs = self.strategy.run(replica_fn, args=tuple(batch))
+        if not reduce:
+            return None
         return {key: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
                 for key, value in outputs.items()}
 
@@ -365,8 +367,10 @@ class HorovodLauncher(Launcher):
         # Horovod: each process reads only its own shard.
         return dataset_fn(self.input_shard(per_replica_batch))
 
-    def run(self, replica_fn, batch):
+    def run(self, replica_fn, batch, reduce=True):
         outputs = replica_fn(*batch)
+        if not reduce:
+            return None
         # Horovod: sum the per-replica outputs (losses are already divided by the global batch).
         return {key: self.hvd.allreduce(value, op=self.hvd.Sum) for key, value in outputs.items()}
 

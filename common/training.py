@@ -108,6 +108,7 @@ class Trainer:
     warmup_steps: int = 5  # steps left out of the throughput figures
     xla: bool = False
     profile_steps: tuple[int, int] | None = None  # TensorBoard profiler trace of steps START..END
+    steps_per_loop: int = 1  # training steps per compiled call; the host reads outputs only between calls
     seed: int | None = None  # the data-order seed; a resume must use the same one
     history: list = field(default_factory=list)
 
@@ -122,6 +123,7 @@ class Trainer:
         # SIGTERM/SIGUSR1 from here on stop the job after a step, with a checkpoint (common.stopping).
         # The launcher exists already, so TensorFlow's own SIGTERM handler is not installed over ours.
         self.stop_flag = StopFlag().install()
+        self._writers = {}
 
     def run_identity(self) -> dict:
         """What decides the data order and the per-replica state: a resumed run must match it."""
@@ -198,11 +200,16 @@ class Trainer:
             # same total, so all of them stop after the same step.
             return {"loss": loss, **sums, "stop": tf.identity(stop)}
 
+        # Several steps per call (--steps-per-loop): the host neither waits for nor reads the
+        # steps in between, which saves a round-trip per step. Only the last step's outputs are
+        # summed over the replicas and returned; the stop flag travels with them.
         @tf.function
-        def train_step(batch, stop):
-            return launcher.run(lambda x, y: replica_step(x, y, stop), batch)
+        def train_loop(iterator, steps, stop):
+            for _ in tf.range(steps - 1):
+                launcher.run(lambda x, y: replica_step(x, y, stop), next(iterator), reduce=False)
+            return launcher.run(lambda x, y: replica_step(x, y, stop), next(iterator))
 
-        return train_step
+        return train_loop
 
     def _identity_path(self) -> str:
         return os.path.join(self.checkpoint_dir, "run.json")
@@ -270,31 +277,25 @@ class Trainer:
                       f"{launcher.num_replicas} replica(s), global batch {self.global_batch} "
                       f"({self.per_replica_batch} per replica), steps {self.start_step}..{self.total_steps} "
                       f"({self.steps_per_epoch} per epoch)")
-        train_step = self._build_train_step(task)
+        train_loop = self._build_train_step(task)
         checkpoint_every = self.checkpoint_every or self.steps_per_epoch
-        self.step_times, self.sums = [], {}
+        self.step_times = []
         iterator = iter(dataset)
+        step = self.start_step
         last = time.perf_counter()
-        for step in range(self.start_step + 1, self.total_steps + 1):
+        while step < self.total_steps:
+            first, step = step + 1, self._loop_end(step, checkpoint_every)
             if self.profile_steps:
-                self._profile(step, before=True)
-            outputs = self._run_step(train_step, iterator, step, explain_input_error)
+                self._profile(first, before=True)
+            outputs = self._run_steps(train_loop, iterator, first, step, explain_input_error)
             now = time.perf_counter()
-            self.step_times.append(now - last)
+            self.step_times += [(now - last) / (step - first + 1)] * (step - first + 1)
             stop = outputs.pop("stop") > 0
             loss = float(outputs.pop("loss"))
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss} at step {step}; lower --lr or check the data")
-            for key, value in outputs.items():
-                self.sums[key] = self.sums.get(key, 0.0) + value
             if step % self.log_every == 0 or step == self.total_steps or stop:
-                metrics = task.summarize(outputs)
-                self.history.append({"step": step, "loss": loss, **metrics})
-                rate = self.global_batch / np.median(self.step_times[-self.log_every:])
-                rate = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
-                shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-                log(launcher, f"step {step:>6}/{self.total_steps}  epoch {(step - 1) // self.steps_per_epoch + 1}"
-                              f"  loss {loss:.4f}  {shown}  {rate} img/s")
+                self._log_step(step, loss, task.summarize(outputs))
             self.step.assign(step)
             if self.profile_steps:
                 self._profile(step, before=False)
@@ -303,6 +304,8 @@ class Trainer:
             if stop and step < self.total_steps:
                 self._stop(step)
             last = time.perf_counter()  # checkpoint and logging time is not step time
+        for writer in self._writers.values():
+            writer.flush()
 
         trainable, drifting = self._replica_state()
         if fault_desync_replica is not None:
@@ -312,22 +315,60 @@ class Trainer:
         log(launcher, f"replicas in sync: {len(self.fingerprints)} identical fingerprints of the weights "
                       f"and any batch-norm statistics ({self.fingerprints[0]})")
 
-    def _run_step(self, train_step, iterator, step: int, explain_input_error) -> dict:
-        """One training step; its outputs summed over replicas, as float64 numbers on the host."""
+    def _loop_end(self, step: int, checkpoint_every: int) -> int:
+        """The last step of the next compiled call: at most --steps-per-loop steps after `step`, and
+        never past a step whose outputs the host needs (log, checkpoint, profile, the end)."""
+        end = min(step + self.steps_per_loop, self.total_steps)
+        for every in (self.log_every, checkpoint_every):
+            end = min(end, (step // every + 1) * every)
+        for boundary in self.profile_steps or ():
+            if step < boundary:
+                end = min(end, boundary)
+        return end
+
+    def _run_steps(self, train_loop, iterator, first: int, last: int, explain_input_error) -> dict:
+        """Steps `first`..`last` in one call; the last one's outputs summed over replicas, as float64."""
         stop = tf.constant(1.0 if self.stop_flag.requested else 0.0)
         try:
-            outputs = train_step(next(iterator), stop)
+            outputs = train_loop(iterator, tf.constant(last - first + 1), stop)
             return {key: np.asarray(value.numpy(), np.float64) for key, value in outputs.items()}
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
-            message = explain_input_error(step) if explain_input_error else None
-            if message:
-                raise DataError(message) from None
+            for step in range(first, last + 1) if explain_input_error else ():
+                message = explain_input_error(step)
+                if message:
+                    raise DataError(message) from None
             raise
         except self.launcher.peer_errors as error:
             raise ClusterError(
-                f"worker {self.launcher.worker_index}: lost contact with the other workers at step {step} "
+                f"worker {self.launcher.worker_index}: lost contact with the other workers at steps {first}..{last} "
                 f"({type(error).__name__}: {peer_error_summary(error)}); a peer died, froze or was stopped. "
                 "Continue from the last checkpoint with --resume") from None
+
+    def _log_step(self, step: int, loss: float, metrics: dict) -> None:
+        """Progress line, the history in results.json and TensorBoard scalars (chief only)."""
+        self.history.append({"step": step, "loss": loss, **metrics})
+        step_time = float(np.median(self.step_times[-self.log_every:]))
+        rate = self.global_batch / step_time
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        rate_text = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+        log(self.launcher, f"step {step:>6}/{self.total_steps}  epoch {(step - 1) // self.steps_per_epoch + 1}"
+                           f"  loss {loss:.4f}  {shown}  {rate_text} img/s")
+        scalars = {"loss": loss, **{k: v for k, v in metrics.items() if isinstance(v, float)},
+                   "learning_rate": self._learning_rate(), "images_per_sec": rate, "step_time_ms": step_time * 1e3}
+        self._write_scalars("train", step, scalars)
+
+    def _learning_rate(self) -> float:
+        return float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
+
+    def _write_scalars(self, run: str, step: int, scalars: dict) -> None:
+        """TensorBoard scalars under RESULTS/tensorboard/RUN (chief only), beside the --profile trace."""
+        if not self.launcher.is_chief:
+            return
+        if run not in self._writers:
+            self._writers[run] = tf.summary.create_file_writer(os.path.join(self.results_dir, "tensorboard", run))
+        with self._writers[run].as_default(step=step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
 
     def _stop(self, step: int) -> None:
         """After the checkpoint of `step`: wait for every process, then leave with StopRequested."""
@@ -364,8 +405,10 @@ class Trainer:
         if not totals:
             raise DataError("this process's share of the evaluation set is empty")
         totals = self._sum_over_processes(totals)
-        return {"loss": float(totals["loss"] / totals["examples"]), **task.summarize(totals),
-                "examples": int(totals["examples"])}
+        metrics = {"loss": float(totals["loss"] / totals["examples"]), **task.summarize(totals),
+                   "examples": int(totals["examples"])}
+        self._write_scalars("eval", self.total_steps, {k: v for k, v in metrics.items() if isinstance(v, float)})
+        return metrics
 
     def _sum_over_processes(self, totals: dict) -> dict:
         """{name: float64 array} summed over every process, in one collective."""
@@ -411,6 +454,8 @@ class Trainer:
             **(extra or {}),
         }
         write_json(path, results)
+        for writer in self._writers.values():
+            writer.flush()
         print(f"results: {path}", flush=True)
         self.launcher.barrier()
         return path

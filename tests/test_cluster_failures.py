@@ -124,13 +124,14 @@ launcher = create_launcher("single")
 x_train, _, x_test, y_test = train.synthetic_mnist(42)
 model = train.build_model()
 model.load_weights(sys.argv[1])
-trainer = training.Trainer(launcher, "mnist-cnn", num_examples=len(x_train), per_replica_batch=32)
+trainer = training.Trainer(launcher, "mnist-cnn", num_examples=len(x_train), per_replica_batch=32,
+                           results_dir=sys.argv[2])
 trainer.model = model
 print(json.dumps(trainer.evaluate(train.make_eval_dataset(x_test, y_test), train.TASK)))
 """
 
     def evaluate(results_dir):
-        process = run_python("-c", code, str(results_dir / "final.weights.h5"))
+        process = run_python("-c", code, str(results_dir / "final.weights.h5"), str(results_dir / "alone"))
         assert_ok(process)
         return json.loads(process.stdout.strip().splitlines()[-1])
 

@@ -56,6 +56,18 @@ def test_launcher_trains_and_writes_results(acceptance_runs, launcher):
     assert "step     20/20" in process.stdout
 
 
+@pytest.mark.parametrize("launcher", ["single"] + MULTI)
+def test_several_steps_per_call_train_the_same_model_as_one(acceptance_runs, launcher, tmp_path):
+    """The acceptance runs use the default --steps-per-loop 10; one step per call must end with
+    bit-identical weights (the same steps, only fewer host round-trips)."""
+    _, default = acceptance_runs[launcher]
+    process, one = invoke_local(tmp_path, launcher, 1 if launcher == "single" else 2,
+                                "--synthetic", "--max-steps", "20", "--steps-per-loop", "1")
+    assert_ok(process)
+    assert read_results(one)["replica_fingerprints"] == read_results(default)["replica_fingerprints"]
+    assert [e["loss"] for e in read_results(one)["losses"]] == [e["loss"] for e in read_results(default)["losses"]]
+
+
 # -- parity -----------------------------------------------------------------------------------------
 # Same seed, same global batch (64), same data order, 20 steps, dropout off (dropout masks are drawn
 # per replica, so with dropout no split run can repeat a single-device run step for step).
@@ -68,7 +80,8 @@ def test_launcher_trains_and_writes_results(acceptance_runs, launcher):
 # on the losses and atol 1e-3 on the weights (which are O(0.1)) leave room for that rounding.
 # The negative controls below prove that this tolerance catches real mistakes: a replica that
 # stepped on its own half batch only, and (SGD) gradients summed instead of averaged (= 2x the rate).
-PARITY_ARGS = ["--synthetic", "--max-steps", "20", "--no-dropout", "--log-every", "1", "--warmup-steps", "0"]
+# --log-every 5 with the default --steps-per-loop 10: each compiled call runs 5 steps.
+PARITY_ARGS = ["--synthetic", "--max-steps", "20", "--no-dropout", "--log-every", "5", "--warmup-steps", "0"]
 OPTIMIZERS = {"sgd": ["--optimizer", "sgd", "--lr", "0.01"], "adam": ["--optimizer", "adam", "--lr", "0.001"]}
 LOSS_RTOL = 1e-3
 WEIGHT_ATOL = 1e-3
@@ -114,7 +127,7 @@ def parity_runs(tmp_path_factory, request):
 def test_two_replicas_follow_the_single_device_loss_curve(parity_runs, launcher):
     single, split = parity_runs["single"], parity_runs[launcher]
     assert read_results(single)["global_batch"] == read_results(split)["global_batch"] == 64
-    assert len(losses(single)) == len(losses(split)) == 20
+    assert len(losses(single)) == len(losses(split)) == 4  # steps 5, 10, 15, 20
     np.testing.assert_allclose(losses(split), losses(single), rtol=LOSS_RTOL)
 
 

@@ -23,12 +23,39 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
+from common import cli  # noqa: E402
+
+
+# ## Command line
+# Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
+
+def parse_args(argv=None):
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=32, epochs=15, lr=1e-4)
+    # A fine-tuning recipe meant for several GPUs: the learning rate grows with the global batch
+    # (with warm-up) unless --no-scale-lr.
+    parser.set_defaults(scale_lr=True)
+    parser.add_argument("--image-size", type=cli.positive_int, default=300,
+                        help="photos are resized to this square size (ResNet50 needs at least 32)")
+    parser.add_argument("--weights", default="imagenet",
+                        help="imagenet | none | PATH of a weights file (.h5 or .weights.h5)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="where the resized training images are cached (default: ~/.cache/tf-recipes/"
+                             "cassava-resnet); node-local scratch or a shared file system")
+    args = parser.parse_args(argv)
+    if args.image_size < 32:
+        parser.error(f"--image-size {args.image_size} is below ResNet50's minimum of 32")
+    return args
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+
 import h5py  # noqa: E402
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import input_pipeline  # noqa: E402
-from common import cli, training  # noqa: E402
+from common import training  # noqa: E402
 from common.data import DataError, can_download, error_reason  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
 
@@ -166,22 +193,8 @@ def load_weights_file(model, backbone, path):
 TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 
 
-def main():
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=32, epochs=15, lr=1e-4)
-    # A fine-tuning recipe meant for several GPUs: the learning rate grows with the global batch
-    # (with warm-up) unless --no-scale-lr.
-    parser.set_defaults(scale_lr=True)
-    parser.add_argument("--image-size", type=cli.positive_int, default=300,
-                        help="photos are resized to this square size (ResNet50 needs at least 32)")
-    parser.add_argument("--weights", default="imagenet",
-                        help="imagenet | none | PATH of a weights file (.h5 or .weights.h5)")
-    parser.add_argument("--cache-dir", default=None,
-                        help="where the resized training images are cached (default: ~/.cache/tf-recipes/"
-                             "cassava-resnet); node-local scratch or a shared file system")
-    args = parser.parse_args()
+def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
-    if args.image_size < 32:
-        parser.error(f"--image-size {args.image_size} is below ResNet50's minimum of 32")
 
     # The launcher comes first: it may split the CPU into logical devices before TF initialises.
     launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
@@ -196,7 +209,8 @@ def main():
         launcher, RECIPE, num_examples=len(train_arrays), per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile, seed=args.seed)
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
+        steps_per_loop=args.steps_per_loop, seed=args.seed)
 
     with launcher.scope():
         model = build_model(args.image_size, weights)
@@ -219,4 +233,4 @@ def main():
 
 
 if __name__ == "__main__":
-    cli.run_main(main)
+    cli.run_main(lambda: main(ARGS))

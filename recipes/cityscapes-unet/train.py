@@ -21,16 +21,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", ".."), HERE]
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import data  # noqa: E402
-from common import cli, training  # noqa: E402
-from common.data import DataError  # noqa: E402
-from common.launchers import create_launcher  # noqa: E402
-from labels import NUM_CATEGORIES  # noqa: E402
-from model import build_unet, cross_entropy_dice, iou_sums, mean_iou  # noqa: E402
+from common import cli  # noqa: E402
 
 RECIPE = "cityscapes-unet"
 
@@ -41,11 +32,6 @@ PRESETS = {
     "tiny": dict(crop=(64, 128), filters=8, depth=2, batch_size=2),
 }
 FULL_SIZE = (1024, 2048)
-# Cityscapes' own colours for void, flat, construction, object, nature, sky, human, vehicle.
-CATEGORY_COLOURS = [(0, 0, 0), (128, 64, 128), (70, 70, 70), (153, 153, 153), (107, 142, 35),
-                    (70, 130, 180), (220, 20, 60), (0, 0, 142)]
-
-TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou)
 
 
 def size(text):
@@ -64,8 +50,11 @@ def scale_range(text):
     return low, high
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=50, lr=1e-3)
+    # A full-resolution step takes far longer than the host's ~0.5 ms per call: one step per call
+    # keeps a stop signal answered within one step.
+    parser.set_defaults(steps_per_loop=1)
     model = parser.add_argument_group("cityscapes-unet")
     model.add_argument("--preset", choices=sorted(PRESETS), default="full")
     model.add_argument("--filters", type=cli.positive_int, help="filters of the first level (doubles per level)")
@@ -84,7 +73,7 @@ def parse_args():
     model.add_argument("--predict-count", type=cli.positive_int, default=8)
     model.add_argument("--benchmark", action="store_true",
                        help="generated full-size tensors, --max-steps (default 20) after --warmup-steps; no eval")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
     args.filters = args.filters or preset["filters"]
     args.depth = args.depth or preset["depth"]
@@ -97,6 +86,27 @@ def parse_args():
         if value and (value[0] % multiple or value[1] % multiple):
             parser.error(f"{flag} {value[0]}x{value[1]}: both sides must be multiples of {multiple} (2**depth)")
     return args
+
+
+if __name__ == "__main__":  # before TensorFlow is imported: --help and flag errors answer at once
+    ARGS = parse_args()
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import data  # noqa: E402
+from common import cli, training  # noqa: E402
+from common.data import DataError  # noqa: E402
+from common.launchers import create_launcher  # noqa: E402
+from labels import NUM_CATEGORIES  # noqa: E402
+from model import build_unet, cross_entropy_dice, iou_sums, mean_iou  # noqa: E402
+
+# Cityscapes' own colours for void, flat, construction, object, nature, sky, human, vehicle.
+CATEGORY_COLOURS = [(0, 0, 0), (128, 64, 128), (70, 70, 70), (153, 153, 153), (107, 142, 35),
+                    (70, 130, 180), (220, 20, 60), (0, 0, 142)]
+
+TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou)
 
 
 # ## Data
@@ -125,8 +135,7 @@ def write_predictions(model, data_dir, folder, count, eval_size):
     return written
 
 
-def main():
-    args = parse_args()
+def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
 
     launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
@@ -149,7 +158,8 @@ def main():
         launcher, RECIPE, num_examples=num_examples, per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile, seed=args.seed)
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
+        steps_per_loop=args.steps_per_loop, seed=args.seed)
 
     with launcher.scope():
         model = build_unet(args.filters, args.depth, args.dropout, args.batch_norm)
@@ -187,4 +197,4 @@ def main():
 
 
 if __name__ == "__main__":
-    cli.run_main(main)
+    cli.run_main(lambda: main(ARGS))

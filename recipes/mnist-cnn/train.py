@@ -22,15 +22,33 @@ import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
+from common import cli  # noqa: E402
+
+RECIPE = "mnist-cnn"
+
+
+# ## Command line
+# Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
+
+def parse_args(argv=None):
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=128, epochs=2, lr=1e-3)
+    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
+                        help="sgd (momentum 0.9) is sensitive to the gradient scale, which Adam hides")
+    parser.add_argument("--no-dropout", action="store_true",
+                        help="disable dropout (parity tests: masks are drawn per replica)")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from common import cli, training  # noqa: E402
+from common import training  # noqa: E402
 from common.data import DataError, can_download, check_labels, error_reason, sharded_order  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
-
-RECIPE = "mnist-cnn"
 
 
 # ## Data
@@ -151,13 +169,7 @@ def build_model(dropout=True):
 TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 
 
-def main():
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=128, epochs=2, lr=1e-3)
-    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
-                        help="sgd (momentum 0.9) is sensitive to the gradient scale, which Adam hides")
-    parser.add_argument("--no-dropout", action="store_true",
-                        help="disable dropout (parity tests: masks are drawn per replica)")
-    args = parser.parse_args()
+def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
 
     # The launcher comes first: it may split the CPU into logical devices before TF initialises.
@@ -170,7 +182,8 @@ def main():
         launcher, RECIPE, num_examples=len(x_train), per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile, seed=args.seed)
+        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
+        steps_per_loop=args.steps_per_loop, seed=args.seed)
 
     with launcher.scope():
         model = build_model(dropout=not args.no_dropout)
@@ -194,4 +207,4 @@ def main():
 
 
 if __name__ == "__main__":
-    cli.run_main(main)
+    cli.run_main(lambda: main(ARGS))

@@ -1,0 +1,50 @@
+"""TensorBoard: a run's chief writes scalars under RESULTS/tensorboard/{train,eval}, beside the
+--profile trace, so that `tensorboard --logdir results/` shows every run. The event files must hold
+exactly what the run logged: the loss and accuracy of every --log-every step (as in results.json),
+the learning rate, images/s and step time, and the evaluation at the end."""
+import json
+
+import pytest
+
+from helpers import assert_ok, read_results, run_invoke, run_python
+
+pytestmark = pytest.mark.slow
+
+READ_EVENTS = """
+import json, sys, glob
+import tensorflow as tf
+scalars = {}
+for path in glob.glob(sys.argv[1] + "/*/events.out.tfevents.*"):
+    run = path.split("/")[-2]
+    for event in tf.compat.v1.train.summary_iterator(path):
+        for value in event.summary.value:
+            scalars.setdefault(f"{run}/{value.tag}", []).append([event.step, float(tf.make_ndarray(value.tensor))])
+print(json.dumps(scalars))
+"""
+
+
+@pytest.mark.parametrize("launcher", ["single", "multiworker"])
+def test_event_files_hold_the_logged_values(tmp_path, launcher):
+    replicas = "1" if launcher == "single" else "2"
+    assert_ok(run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher, "--cpu-replicas", replicas,
+                         "--runtime", "local", "--results-dir", str(tmp_path), "--", "--synthetic", "--max-steps",
+                         "12", "--log-every", "4", "--scale-lr", "--lr-warmup-steps", "8"))
+    reader = run_python("-c", READ_EVENTS, str(tmp_path / "tensorboard"))
+    assert_ok(reader)
+    scalars = json.loads(reader.stdout.strip().splitlines()[-1])
+    results = read_results(tmp_path)
+
+    logged = {entry["step"]: entry for entry in results["losses"]}
+    assert [step for step, _ in scalars["train/loss"]] == sorted(logged) == [4, 8, 12]
+    for name in ("loss", "accuracy"):
+        for step, value in scalars[f"train/{name}"]:
+            assert value == pytest.approx(logged[step][name], rel=1e-6), (name, step)
+    for name in ("learning_rate", "images_per_sec", "step_time_ms"):
+        assert [step for step, _ in scalars[f"train/{name}"]] == [4, 8, 12], name
+        assert all(value > 0 for _, value in scalars[f"train/{name}"]), name
+    if launcher == "multiworker":  # --scale-lr with 2 replicas: the rate ramps from 1x to 2x over 8 steps
+        rates = [value for _, value in scalars["train/learning_rate"]]
+        assert rates[0] < rates[1] == pytest.approx(rates[2])
+    test = results["final_metrics"]["test"]
+    assert scalars["eval/loss"] == [[12, pytest.approx(test["loss"], rel=1e-6)]]
+    assert scalars["eval/accuracy"] == [[12, pytest.approx(test["accuracy"], rel=1e-6)]]
