@@ -2,15 +2,15 @@
 
 Ours decodes and resizes every training photo once, each by exactly one input pipeline, into a
 cache of uint8 images on disk; training then reads its shard's batches from that cache by example
-index. The seed's pipeline decodes (TFDS, in parallel) and resizes (one image at a time) every photo
-again in every epoch.
+index. The seed's pipeline decodes (TFDS) and resizes in parallel in its first epoch and keeps the
+resized float32 images in memory (`Dataset.cache()`), one copy per process.
 
     cassava_builder(data_dir)                  the prepared TFDS `cassava` dataset, or a DataError
     cache_split(builder, split, size, ...)     decode + resize once, sharded, parallel -> ImageArrays
     synthetic_split(num, size, seed)           generated images at the training size -> ImageArrays
     make_train_dataset(arrays, shard, ...)     this pipeline's per-replica batches, in sharded_order
     make_eval_dataset(builder, split, ...)     one pass over a split (parallel decode, not cached)
-    seed_train_dataset(data_dir, ...)          the seed tutorial's pipeline, as it was
+    seed_train_dataset(data_dir, ...)          the seed tutorial's pipeline, as it wrote it
 
 Why a cache of resized images, and why a file: decoding and resizing a 500x375..800x600 JPEG took
 about 2.2 ms of CPU on the project's test machine (benchmark_input.py), paid again in every epoch
@@ -87,7 +87,9 @@ def decode_and_resize(jpeg, image_size: int):
     uint8 (rounded) rather than float: 4x less to cache and to copy to the accelerator."""
     image = tf.io.decode_image(jpeg, channels=3, expand_animations=False)
     image = tf.image.resize(image, (image_size, image_size))
-    return tf.saturate_cast(tf.round(image), tf.uint8)
+    # Bilinear weights are convex, so the values stay in 0..255: a plain cast after rounding gives
+    # what saturate_cast did, without its extra clipping pass over the image.
+    return tf.cast(tf.round(image), tf.uint8)
 
 
 # ## Decode and resize once, into a cache of uint8 images
@@ -138,7 +140,12 @@ def load_chunk(folder: str, start: int, count: int, image_size: int):
 
 def write_chunks(builder, split: str, image_size: int, folder: str, starts: list[int], total: int) -> None:
     """Decode + resize the examples of these chunks in one parallel pipeline, and write each chunk
-    atomically (labels, then images last: a complete images file marks a complete chunk)."""
+    atomically once all its examples are in (labels, then images last: a complete images file marks
+    a complete chunk).
+
+    The decode map is not ordered (deterministic=False): every example carries its index and is put
+    in its place in its chunk, so a slow photo never holds back the next ones while a core idles,
+    and the files hold the same bytes in the same order as an ordered map would write."""
     if not starts:
         return
     # One TFDS slice per run of consecutive chunks: a slice that starts mid-file reads (and skips)
@@ -149,23 +156,40 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
             runs[-1].append(start)
         else:
             runs.append([start])
-    parts = [encoded_split(builder, f"{split}[{run[0]}:{min(run[-1] + CHUNK, total)}]") for run in runs]
+    parts = [tf.data.Dataset.zip((tf.data.Dataset.range(run[0], min(run[-1] + CHUNK, total)),
+                                  encoded_split(builder, f"{split}[{run[0]}:{min(run[-1] + CHUNK, total)}]")))
+             for run in runs]
     dataset = functools.reduce(lambda a, b: a.concatenate(b), parts)
-    dataset = dataset.map(lambda jpeg, label: (decode_and_resize(jpeg, image_size), label),
-                          num_parallel_calls=AUTOTUNE, deterministic=True)
-    # Only the split's last chunk can be short, and it comes last: batches of CHUNK are the chunks.
-    chunks = dataset.batch(CHUNK).prefetch(1).as_numpy_iterator()
+    dataset = dataset.map(lambda index, example: (index, decode_and_resize(example[0], image_size), example[1]),
+                          num_parallel_calls=AUTOTUNE, deterministic=False)
+    examples = dataset.batch(8).prefetch(2).as_numpy_iterator()  # few Python iterations, little memory
+    count = {start: min(start + CHUNK, total) - start for start in starts}
+    filling, spare = {}, []  # chunk start -> [images, labels, examples in]; buffers to reuse
     os.makedirs(folder, exist_ok=True)
     try:
-        for start, (images, labels) in zip(starts, chunks):
-            images_path, labels_path = chunk_paths(folder, start)
-            for path, array in ((labels_path, labels), (images_path, images)):
-                temporary = f"{path}.{os.getpid()}.tmp"
-                with open(temporary, "wb") as handle:
-                    np.save(handle, array)
-                os.replace(temporary, path)  # concurrent writers of one chunk write the same bytes
+        for indices, images, labels in examples:
+            for index, image, label in zip(indices.tolist(), images, labels):
+                start = index - index % CHUNK
+                if start not in filling:
+                    buffer = spare.pop() if spare else np.empty((CHUNK, image_size, image_size, 3), np.uint8)
+                    filling[start] = [buffer, np.empty(CHUNK, np.int32), 0]
+                chunk = filling[start]
+                chunk[0][index - start], chunk[1][index - start] = image, label
+                chunk[2] += 1
+                if chunk[2] == count[start]:
+                    _write_chunk(folder, start, chunk[0][:count[start]], chunk[1][:count[start]])
+                    spare.append(filling.pop(start)[0])
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
         raise DataError(_unreadable_example(builder, split, runs, total, image_size, error)) from None
+
+
+def _write_chunk(folder: str, start: int, images: np.ndarray, labels: np.ndarray) -> None:
+    images_path, labels_path = chunk_paths(folder, start)
+    for path, array in ((labels_path, labels), (images_path, images)):
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "wb") as handle:
+            np.save(handle, array)
+        os.replace(temporary, path)  # concurrent writers of one chunk write the same bytes
 
 
 def _unreadable_example(builder, split: str, runs, total: int, image_size: int, error) -> str:
@@ -265,10 +289,11 @@ def arrays_dataset(arrays: ImageArrays, batch_size: int, share: slice | None = N
 
 
 # ## The seed tutorial's pipeline, for comparison only
-# As it was: TFDS decodes (TFDS itself maps its decoder with AUTOTUNE parallelism), then one map
-# resizes and scales to [0, 1] one image at a time, every epoch; shuffle after the map holds
-# `shuffle_buffer` decoded float32 images. Its [0, 1] scaling does not match the caffe-style input
-# the ImageNet ResNet50 weights expect, so this recipe does not train on it.
+# Reproduced as the seed wrote it (its create_dataset): TFDS decodes (TFDS maps its decoder with
+# AUTOTUNE parallelism); one map, also AUTOTUNE-parallel, resizes and scales to [0, 1]; `.cache()`
+# keeps the resized float32 images in memory (about 1 MB per 300x300 image, in every process), so
+# only the first epoch decodes; then shuffle(1000), batch, prefetch. Its [0, 1] scaling does not
+# match the caffe-style input the ImageNet ResNet50 weights expect, so this recipe does not train on it.
 
 def seed_train_dataset(data_dir: str | None, global_batch: int, image_size: int = 300,
                        shuffle_buffer: int = 1000, seed: int | None = None) -> tf.data.Dataset:
@@ -278,5 +303,10 @@ def seed_train_dataset(data_dir: str | None, global_batch: int, image_size: int 
     # never is, so a small generated copy must not be either.
     dataset = tfds.load("cassava", split="train", as_supervised=True, data_dir=data_dir,
                         read_config=tfds.ReadConfig(try_autocache=False))
-    dataset = dataset.map(lambda image, label: (tf.image.resize(image, (image_size, image_size)) / 255.0, label))
+
+    def resize_and_scale(image, label):
+        image = tf.image.resize(image, (image_size, image_size))
+        return tf.cast(image, tf.float32) / 255.0, label
+
+    dataset = dataset.map(resize_and_scale, num_parallel_calls=AUTOTUNE).cache()
     return dataset.shuffle(shuffle_buffer, seed=seed).batch(global_batch).prefetch(AUTOTUNE)
