@@ -3,9 +3,15 @@
 exactly what the run logged: the loss and accuracy of every --log-every step (as in results.json),
 the learning rate, images/s and step time, and the evaluation at the end."""
 import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 
+from common.spawn import free_ports
 from helpers import assert_ok, read_results, run_invoke, run_python
 
 pytestmark = pytest.mark.slow
@@ -48,3 +54,30 @@ def test_event_files_hold_the_logged_values(tmp_path, launcher):
     test = results["final_metrics"]["test"]
     assert scalars["eval/loss"] == [[12, pytest.approx(test["loss"], rel=1e-6)]]
     assert scalars["eval/accuracy"] == [[12, pytest.approx(test["accuracy"], rel=1e-6)]]
+
+
+def test_tensorboard_lists_the_scalars_of_a_run(tmp_path):
+    """`tensorboard --logdir results/`, as the README shows, serves the run's scalars."""
+    run = tmp_path / "results" / "a-run"
+    assert_ok(run_invoke("run", "mnist-cnn", "--gpus", "0", "--runtime", "local", "--results-dir", str(run), "--",
+                         "--synthetic", "--max-steps", "4", "--log-every", "2"))
+    port = free_ports(1)[0]
+    server = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--logdir",
+                               str(tmp_path / "results"), "--port", str(port), "--host", "localhost"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, tags = time.monotonic() + 120, {}
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://localhost:{port}/data/plugin/scalars/tags", timeout=5) as reply:
+                    tags = json.load(reply)
+                if "a-run/tensorboard/train" in tags:
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert {"loss", "accuracy", "learning_rate", "images_per_sec", "step_time_ms"} <= set(tags["a-run/tensorboard/train"])
+    assert {"loss", "accuracy"} <= set(tags["a-run/tensorboard/eval"])
