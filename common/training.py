@@ -381,7 +381,7 @@ class Trainer:
                             f"{self.checkpoint_dir}; continue with --resume", step)
 
     # -- evaluation and results --------------------------------------------------------------------
-    def evaluate(self, dataset, task: Task) -> dict:
+    def evaluate(self, dataset, task: Task, explain_input_error: Callable[[], str | None] | None = None) -> dict:
         """Loss and metrics over an evaluation set shared by every process of the job.
 
         Each process passes the dataset of its own share (`launcher.eval_share(num_examples)`); the
@@ -399,9 +399,15 @@ class Trainer:
             return sums
 
         totals = {}
-        for x, y in dataset:
-            for key, value in eval_step(x, y).items():
-                totals[key] = totals.get(key, 0.0) + value.numpy().astype(np.float64)
+        try:
+            for x, y in dataset:
+                for key, value in eval_step(x, y).items():
+                    totals[key] = totals.get(key, 0.0) + value.numpy().astype(np.float64)
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
+            message = explain_input_error() if explain_input_error else None  # names the file, as in fit
+            if message:
+                raise DataError(message) from None
+            raise
         if not totals:
             raise DataError("this process's share of the evaluation set is empty")
         totals = self._sum_over_processes(totals)

@@ -186,8 +186,11 @@ def main(args):
     if not synthetic:
         # Every process evaluates its own share of the val images; the sums are added up over processes.
         share = launcher.eval_share(data.num_examples(args.data_dir, "val"))
-        val = trainer.evaluate(data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size,
-                                                      size=args.eval_size, share=share), TASK)
+        val = trainer.evaluate(
+            data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size, size=args.eval_size,
+                                   share=share), TASK,
+            explain_input_error=lambda: data.bad_example_message(
+                args.data_dir, "val", range(share.start, share.stop), "read for evaluation"))
         training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}")
         extra["final_metrics"] = {"val": val}
         if args.predict_dir and launcher.is_chief:

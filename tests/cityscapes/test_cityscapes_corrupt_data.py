@@ -165,3 +165,21 @@ def test_prepare_data_rewrites_a_file_truncated_since_preparation(release, damag
     victim.write_bytes(good[:len(good) // 2])
     assert prepare_data.prepare(release, data_dir, workers=1, log=lambda message: None) == []
     assert victim.read_bytes() == good
+
+
+def test_a_val_image_damaged_in_place_is_named_by_the_evaluation(damaged, tmp_path):
+    data_dir, _ = damaged
+    val_examples = json.loads(layout.index_path(data_dir, "val").read_text())["examples"]
+    victim = layout.prepared_image(data_dir, "val", val_examples[1])
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the pixel data: same size, header intact
+    victim.write_bytes(bytes(data))
+    process = train(data_dir, tmp_path / "out")
+    assert process.returncode == 2, process.stderr[-4000:]
+    assert "Traceback" not in process.stderr
+    errors = [line for line in process.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and f"{victim} cannot be read or decoded (" in errors[0], process.stderr[-4000:]
+    assert f"example 1 ({val_examples[1]}) of the prepared val split, read for evaluation" in errors[0]
+    # Training finished and its checkpoint stands (a --resume evaluates again); no results.json.
+    assert (tmp_path / "out" / "checkpoints" / "ckpt-4.index").is_file()
+    assert not (tmp_path / "out" / "results.json").exists()
