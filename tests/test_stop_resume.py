@@ -19,7 +19,8 @@ TRAIN = ["--synthetic", "--batch-size", "32", "--max-steps", str(STEPS), "--log-
          "--checkpoint-every", "50"]
 REPLICAS = {"single": 1, "mirrored": 2, "multiworker": 2, "horovod": 2}
 PROCESSES = {"single": 1, "mirrored": 1, "multiworker": 2, "horovod": 2}
-CASES = [("single", "SIGTERM"), ("mirrored", "SIGUSR1"), ("multiworker", "SIGTERM"), ("multiworker", "SIGUSR1"),
+CASES = [("single", "SIGTERM"), ("single", "SIGUSR1"), ("mirrored", "SIGTERM"), ("mirrored", "SIGUSR1"),
+         ("multiworker", "SIGTERM"), ("multiworker", "SIGUSR1"),
          ("horovod", "SIGTERM"), ("horovod", "SIGUSR1")]
 
 
