@@ -161,6 +161,8 @@ def run_measurement(run: Measurement, root: str, log_path: str) -> dict:
         "per_replica_batch", "timed_steps", "replicas_in_sync", "versions")})
     if results.get("replicas") != run.replicas:
         record["error"] = f"results.json reports {results.get('replicas')} replicas, not {run.replicas}"
+    elif results.get("replicas_in_sync") is False:
+        record["error"] = "the replicas finished with different weights"
     elif record["images_per_sec"] is None:
         record["error"] = "no timed steps: give --max-steps more than --warmup-steps"
     return record
