@@ -150,7 +150,9 @@ def run_measurement(run: Measurement, root: str, log_path: str) -> dict:
     env = {**os.environ, **run.env, "PYTHONPATH": root}  # as `invoke run --runtime local`
     with open(log_path, "w") as log:
         status = subprocess.call(run.argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    record = {"round": run.round, "launcher": run.launcher, "replicas": run.replicas}
+    # The 1-minute load average as the run ends: other work on the machine shows here.
+    record = {"round": run.round, "launcher": run.launcher, "replicas": run.replicas,
+              "load_average_1min": round(os.getloadavg()[0], 2)}
     results_path = os.path.join(run.results_dir, "results.json")
     if status or not os.path.isfile(results_path):
         return {**record, "images_per_sec": None, "error": f"exit status {status}; output in {log_path}"}
@@ -276,6 +278,10 @@ def render_markdown(report: dict) -> str:
     load = machine.get("load_average")
     if load:
         lines += ["", f"Load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}."]
+    run_loads = [run["load_average_1min"] for run in report.get("runs", []) if run.get("load_average_1min") is not None]
+    if run_loads:
+        lines[-1] += (f" 1-minute load average as each run ended: {min(run_loads):.1f} to {max(run_loads):.1f} "
+                      f"(median {statistics.median(run_loads):.1f}) on {machine.get('cpus')} CPUs.")
     lines += ["", "Input pipeline against the training step:", ""]
     inputs = report.get("input") or {}
     reference = report.get("training_reference")

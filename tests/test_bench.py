@@ -174,7 +174,8 @@ def report_for(records, input_section=None, gpus=0):
                               input_section=input_section or bench.input_section("mnist-cnn", None, None))
 
 
-RECORDS = [record("single", 1, 1341.0, versions={"tensorflow": "2.17.1"}), record("single", 1, 1300.0, 2),
+RECORDS = [record("single", 1, 1341.0, versions={"tensorflow": "2.17.1"}, load_average_1min=0.4),
+           record("single", 1, 1300.0, 2, load_average_1min=3.1),
            record("horovod", 1, 1200.0), record("horovod", 2, 1580.0), record("horovod", 2, None, 2, error="exit 1")]
 
 
@@ -185,6 +186,7 @@ def test_markdown_table_names_every_configuration_and_says_what_cpu_efficiency_m
     assert "| horovod | 2 | 256 | 1,580 | 1,580 (1 failed) | 1.32x | 0.66 |" in text
     assert "shares the same 2 cores" in text and "not a speed-up" in text
     assert "in memory" in text and "[2.0, 1.5, 1.1]" in text
+    assert "as each run ended: 0.4 to 3.1 (median 1.8) on 2 CPUs" in text
     assert "not a speed-up" not in bench.render_markdown(report_for(RECORDS, gpus=8))
 
 
@@ -249,6 +251,7 @@ def test_bench_measures_every_launcher_and_writes_table_json_and_png(tmp_path, r
     assert [(run["launcher"], run["replicas"]) for run in report["runs"]] == expected
     for run in report["runs"]:
         assert run["images_per_sec"] > 0 and run["replicas_in_sync"] and "error" not in run
+        assert run["load_average_1min"] >= 0
         assert run["global_batch"] == 128 * run["replicas"] and run["timed_steps"] == 3  # 8 steps - 5 warm-up
     for row in report["rows"]:
         assert row["images_per_sec_median"] == row["images_per_sec_rounds"][0]
