@@ -12,12 +12,12 @@ resized float32 images in memory (`Dataset.cache()`), one copy per process.
     make_eval_dataset(builder, split, ...)     one pass over a split (parallel decode, not cached)
     seed_train_dataset(data_dir, ...)          the seed tutorial's pipeline, as it wrote it
 
-Why a cache of resized images, and why a file: decoding and resizing a 500x375..800x600 JPEG took
-about 2.2 ms of CPU on the project's test machine (benchmark_input.py), paid again in every epoch
-on the cores that also feed the accelerators. Resized to 300x300 uint8 the 5,656 training photos
-take 1.5 GB: decoded once, later epochs only copy bytes (0.13 ms per image there). In a file (read through np.memmap)
-the images are shared by every process on a node through the page cache instead of held once per
-process, and a job that starts again reuses them.
+Why a cache of resized images, and why a file: decoding and resizing a photo costs milliseconds of
+CPU (benchmark_input.py), on the cores that also feed the accelerators, so it is done once. The seed
+does that too, with Dataset.cache(): float32 in memory, about 1 MB per 300x300 image in every process
+that runs the pipeline. Here the images are uint8 (270 KB each, 1.5 GB for the 5,656 training photos)
+in files read through np.memmap: the page cache holds one copy for every process on a node, and a job
+that starts again reuses it.
 
 Why sharded by example index, before decoding: `common.data.sharded_order` gives every launcher the
 same global batches. The cache is cut into chunks of CHUNK examples, and input pipeline p of P
@@ -28,6 +28,7 @@ cache by the indices of this pipeline's own share.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import os
@@ -164,23 +165,36 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
                           num_parallel_calls=AUTOTUNE, deterministic=False)
     examples = dataset.batch(8).prefetch(2).as_numpy_iterator()  # few Python iterations, little memory
     count = {start: min(start + CHUNK, total) - start for start in starts}
-    filling, spare = {}, []  # chunk start -> [images, labels, examples in]; buffers to reuse
+    filling, spare, writing = {}, [], []  # chunk start -> [images, labels, examples in]; buffers to reuse
     os.makedirs(folder, exist_ok=True)
-    try:
-        for indices, images, labels in examples:
-            for index, image, label in zip(indices.tolist(), images, labels):
-                start = index - index % CHUNK
-                if start not in filling:
-                    buffer = spare.pop() if spare else np.empty((CHUNK, image_size, image_size, 3), np.uint8)
-                    filling[start] = [buffer, np.empty(CHUNK, np.int32), 0]
-                chunk = filling[start]
-                chunk[0][index - start], chunk[1][index - start] = image, label
-                chunk[2] += 1
-                if chunk[2] == count[start]:
-                    _write_chunk(folder, start, chunk[0][:count[start]], chunk[1][:count[start]])
-                    spare.append(filling.pop(start)[0])
-    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-        raise DataError(_unreadable_example(builder, split, runs, total, image_size, error)) from None
+
+    def buffer():
+        # A file write can stall for a while (the kernel makes room in the page cache), so chunks
+        # are written by another thread while decoding goes on; at most two wait, to bound memory.
+        while writing and (writing[0][0].done() or (not spare and len(writing) >= 2)):
+            done, images = writing.pop(0)
+            done.result()
+            spare.append(images)
+        return spare.pop() if spare else np.empty((CHUNK, image_size, image_size, 3), np.uint8)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as writer:
+        try:
+            for indices, images, labels in examples:
+                for index, image, label in zip(indices.tolist(), images, labels):
+                    start = index - index % CHUNK
+                    if start not in filling:
+                        filling[start] = [buffer(), np.empty(CHUNK, np.int32), 0]
+                    chunk = filling[start]
+                    chunk[0][index - start], chunk[1][index - start] = image, label
+                    chunk[2] += 1
+                    if chunk[2] == count[start]:
+                        images_buffer, labels_buffer, _ = filling.pop(start)
+                        writing.append((writer.submit(_write_chunk, folder, start, images_buffer[:count[start]],
+                                                      labels_buffer[:count[start]]), images_buffer))
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+            raise DataError(_unreadable_example(builder, split, runs, total, image_size, error)) from None
+        for done, _ in writing:
+            done.result()  # a failed write raises here
 
 
 def _write_chunk(folder: str, start: int, images: np.ndarray, labels: np.ndarray) -> None:
