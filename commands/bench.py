@@ -244,9 +244,12 @@ def scaling_note(gpus: int, cpus: int | None) -> str:
             f"Efficiency on a CPU measures what each launcher's synchronisation costs, not a speed-up.")
 
 
-def _number(value, digits=0) -> str:
+def _number(value, digits=None) -> str:
+    """A rate for people: whole numbers from 100 up, more decimals below (0.46 img/s is not 0)."""
     if value is None:
         return "n/a"
+    if digits is None:
+        digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
     return f"{value:,.{digits}f}"
 
 
@@ -271,7 +274,7 @@ def render_markdown(report: dict) -> str:
             per_round += f" ({row['failed_rounds']} failed)"
         speedup = f"{row['speedup']:.2f}x" if row["speedup"] else "n/a"
         efficiency = f"{row['efficiency']:.2f}" if row["efficiency"] else "n/a"
-        lines.append(f"| {row['launcher']} | {row['replicas']} | {_number(row['global_batch'])} | "
+        lines.append(f"| {row['launcher']} | {row['replicas']} | {_number(row['global_batch'], 0)} | "
                      f"{_number(row['images_per_sec_median'])} | {per_round} | {speedup} | {efficiency} |")
     lines += ["", f"Scaling efficiency = img/s at N replicas / (N x img/s of the same launcher at 1 replica). "
                   f"{report['scaling_note']}"]
@@ -290,7 +293,7 @@ def render_markdown(report: dict) -> str:
                   f"| measured | img/s | / training ({reference['label']}: {_number(reference['images_per_sec'])} img/s) |",
                   "|---|---|---|"]
         for name, rate in inputs["rates"].items():
-            lines.append(f"| {name} | {_number(rate, 1)} | {rate / reference['images_per_sec']:.2f}x |")
+            lines.append(f"| {name} | {_number(rate)} | {rate / reference['images_per_sec']:,.2f}x |")
         lines += ["", "Below 1.00x the input cannot keep up with training on its own: the run is input-bound."]
     else:
         lines.append(inputs.get("note") or "not measured")
@@ -351,34 +354,50 @@ def plot(report: dict, path: str) -> None:
     input_axis.set_title("Input pipeline vs training step")
     if inputs.get("rates") and reference:
         names = list(inputs["rates"])
+        shared = _shared_prefix(names)  # "pipelines.summary." on every bar says nothing
         training = [(f"training: {reference['label']}", reference["images_per_sec"])]
         best = max((row for row in rows if row["images_per_sec_median"]), key=lambda row: row["images_per_sec_median"])
         if best["images_per_sec_median"] > reference["images_per_sec"]:
             training.append((f"training: {best['launcher']}, {best['replicas']} replicas",
                              best["images_per_sec_median"]))
-        labels = names + [label for label, _ in training]
+        labels = [name[len(shared):] for name in names] + [label for label, _ in training]
         values = [inputs["rates"][name] for name in names] + [value for _, value in training]
         colours = ["tab:purple"] * len(names) + ["tab:gray"] * len(training)
         bars = input_axis.barh(range(len(values)), values, color=colours)
-        input_axis.bar_label(bars, labels=[f"{value:,.0f}" for value in values], fontsize=8, padding=2)
+        input_axis.bar_label(bars, labels=[_number(value) for value in values], fontsize=8, padding=2)
         input_axis.axvline(reference["images_per_sec"], color="black", linewidth=0.8, linestyle="--")
         input_axis.set_yticks(range(len(values)), labels, fontsize=8)
         input_axis.invert_yaxis()
         input_axis.set_xscale("log")
         input_axis.set_xlim(min(values) / 2, max(values) * 4)  # room for the value labels
-        input_axis.set_xlabel("images/s (log); left of the dashed line = input-bound")
+        input_axis.set_title("Input pipeline vs training step\n(input left of the dashed line: input-bound)",
+                             fontsize=10)
+        input_axis.set_xlabel(f"images/s (log scale){'; ' + shared.rstrip('.') if shared else ''}")
     else:
         input_axis.axis("off")
         note = _wrap(inputs.get("note") or "input pipeline not measured", 48)
         if reference:
-            note = f"Training, {reference['label']}: {reference['images_per_sec']:,.0f} img/s.\n\n{note}"
+            note = f"Training, {reference['label']}: {_number(reference['images_per_sec'])} img/s.\n\n{note}"
         input_axis.text(0.0, 0.5, note, fontsize=10, va="center", ha="left", transform=input_axis.transAxes)
     figure.suptitle(f"{report['recipe']}: {report['machine'].get('cpus')} CPUs"
                     f"{', ' + str(report['gpus']) + ' GPUs' if report['gpus'] else ', no GPU'}, "
-                    f"median of {report['rounds']} rounds, {report['date'][:10]}", fontsize=11)
+                    f"median of {report['rounds']} round{'s' if report['rounds'] != 1 else ''}, {report['date'][:10]}", fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=FIGURE_DPI)  # no bbox_inches="tight": the size stays FIGURE_SIZE_INCHES x DPI
     plt.close(figure)
+
+
+def _shared_prefix(names) -> str:
+    """The dotted path every name starts with ("a.b." for a.b.x and a.b.y); empty for a single name."""
+    if len(names) < 2:
+        return ""
+    parts = [name.split(".") for name in names]
+    shared = []
+    for words in zip(*(part[:-1] for part in parts)):
+        if len(set(words)) != 1:
+            break
+        shared.append(words[0])
+    return "".join(word + "." for word in shared)
 
 
 def _wrap(text: str, width: int) -> str:

@@ -193,7 +193,17 @@ def test_markdown_table_names_every_configuration_and_says_what_cpu_efficiency_m
 def test_markdown_compares_input_rates_with_the_training_rate():
     section = {"command": "python recipes/cassava-resnet/benchmark_input.py --json x", "rates": {"seed": 660.0}}
     text = bench.render_markdown(report_for(RECORDS, section))
-    assert "| seed | 660.0 | 0.50x |" in text and "(single, 1 replica: 1,320 img/s)" in text
+    assert "| seed | 660 | 0.50x |" in text and "(single, 1 replica: 1,320 img/s)" in text
+    slow = report_for([record("single", 1, 0.456)], {"command": "c", "rates": {"seed": 39.9, "ours": 5359.8}})
+    text = bench.render_markdown(slow)
+    assert "| single | 1 | 128 | 0.46 | 0.46 |" in text and "| seed | 39.9 | 87.50x |" in text
+    assert "| ours | 5,360 | 11,753.95x |" in text
+
+
+def test_bar_labels_drop_the_path_every_input_figure_shares():
+    assert bench._shared_prefix(["pipelines.summary.seed.first", "pipelines.summary.ours.first"]) == "pipelines.summary."
+    assert bench._shared_prefix(["variants.raw", "two_workers.early"]) == ""
+    assert bench._shared_prefix(["a.b.c"]) == ""
 
 
 def test_plot_writes_a_png_of_the_fixed_size(tmp_path):
@@ -265,7 +275,7 @@ def test_bench_measures_every_launcher_and_writes_table_json_and_png(tmp_path, r
     table = (out / "bench.md").read_text()
     for launcher, replicas in expected:
         row = next(row for row in report["rows"] if (row["launcher"], row["replicas"]) == (launcher, replicas))
-        assert f"| {launcher} | {replicas} | {128 * replicas} | {row['images_per_sec_median']:,.0f} |" in table
+        assert f"| {launcher} | {replicas} | {128 * replicas} | {bench._number(row['images_per_sec_median'])} |" in table
     assert table in process.stdout  # printed as well
     assert png_size(out / "bench.png") == PNG_SIZE
     assert not (out / "runs").exists()  # run folders are removed after a successful benchmark
