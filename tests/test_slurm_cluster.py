@@ -102,6 +102,20 @@ class Job:
         self.output.unlink(missing_ok=True)
 
 
+def submit_script(script, tf_log_level="2") -> Job:
+    """`sbatch` the script from the repository root; the Job, not waited for.
+
+    The script runs `python`: the tasks must find this interpreter (the venv with TensorFlow), so its
+    folder leads PATH and the job inherits the environment. SLURM_LABELIO makes srun prefix every
+    output line with its task number."""
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "SLURM_LABELIO": "1", "TF_CPP_MIN_LOG_LEVEL": tf_log_level}
+    submitted = subprocess.run(["sbatch", "--parsable", "--export=ALL", str(script)], cwd=REPO, env=env,
+                               capture_output=True, text=True, timeout=60)
+    assert_ok(submitted)
+    return Job(submitted.stdout.strip().split(";")[0])
+
+
 @pytest.fixture
 def submit(slurm_cluster, tmp_path):
     """submit(TRAIN_ARGS): render the multiworker script, submit it from the repository root, wait."""
@@ -113,15 +127,7 @@ def submit(slurm_cluster, tmp_path):
         assert_ok(run_invoke("sbatch", RECIPE, "--launcher", "multiworker", "--nodes", "1", "--gpus-per-node", "0",
                              "--tasks-per-node", "2", "--cpus-per-task", "1", "--out", str(script),
                              "--", *train_args))
-        # The script runs `python`: the tasks must find this interpreter (the venv with TensorFlow),
-        # so its folder leads PATH and the job inherits the environment. SLURM_LABELIO makes srun
-        # prefix every output line with its task number; TensorFlow's own log shows each task's server.
-        env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               "SLURM_LABELIO": "1", "TF_CPP_MIN_LOG_LEVEL": "0"}
-        submitted = subprocess.run(["sbatch", "--parsable", "--export=ALL", str(script)], cwd=REPO, env=env,
-                                   capture_output=True, text=True, timeout=60)
-        assert_ok(submitted)
-        job = Job(submitted.stdout.strip().split(";")[0])
+        job = submit_script(script, tf_log_level="0")  # TensorFlow's own log shows each task's server
         jobs.append(job)
         return job.wait()
 

@@ -6,17 +6,14 @@ after the same step with a checkpoint and status 143; the script requeues the jo
 and results folder, resumes from the checkpoint and ends with the fingerprints of a job that was never
 stopped.
 """
-import os
-import pathlib
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
-from helpers import REPO, assert_ok, read_results, run_invoke
-from test_slurm_cluster import RECIPE, Job, slurm_cluster  # noqa: F401 (fixture)
+from helpers import assert_ok, read_results, run_invoke
+from test_slurm_cluster import RECIPE, Job, slurm_cluster, submit_script  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 TRAIN = ["--synthetic", "--batch-size", "32", "--max-steps", "80", "--log-every", "1"]
@@ -32,12 +29,7 @@ def submit(slurm_cluster, tmp_path):
         assert_ok(run_invoke("sbatch", RECIPE, "--launcher", "multiworker", "--nodes", "1", "--gpus-per-node", "0",
                              "--tasks-per-node", "2", "--cpus-per-task", "1", "--requeue", "--out", str(script),
                              "--", *TRAIN))
-        env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               "SLURM_LABELIO": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-        submitted = subprocess.run(["sbatch", "--parsable", "--export=ALL", str(script)], cwd=REPO, env=env,
-                                   capture_output=True, text=True, timeout=60)
-        assert_ok(submitted)
-        jobs.append(Job(submitted.stdout.strip().split(";")[0]))
+        jobs.append(submit_script(script))
         return jobs[-1]
 
     yield submit
