@@ -2,7 +2,9 @@
 # Make a Docker engine answer on this machine, then say which client can build with BuildKit secrets.
 #
 # Idempotent: installs docker.io and debootstrap only if missing, starts dockerd only if no engine
-# answers. Needs root (apt-get, dockerd).
+# answers. Needs root for that (apt-get, dockerd). An engine that already answers (a GitHub runner, a
+# laptop with Docker) needs neither root nor docker.io: it is reported and reused; debootstrap (only
+# `invoke images.bootstrap` needs it) is then installed only when running as root.
 #
 #   ci/docker-engine.sh            # install if needed, start, wait, report
 #
@@ -17,24 +19,29 @@ DOCKERD_TIMEOUT="${DOCKERD_TIMEOUT:-60}"
 log() { printf '[docker-engine] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-[ "$(id -u)" -eq 0 ] || die "run as root (it may call apt-get and start dockerd); try: sudo $0"
+# The first docker on PATH may be a newer client than the engine package's; either can talk to the
+# engine, so use whichever answers.
+engine_answers() { docker info >/dev/null 2>&1 || /usr/bin/docker info >/dev/null 2>&1; }
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
 
 # --- install ---------------------------------------------------------------------------------
 missing=()
-command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+if ! engine_answers; then
+    is_root || die "no Docker engine answers, and starting one needs root (apt-get, dockerd); try: sudo $0"
+    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+fi
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
-if [ "${#missing[@]}" -gt 0 ]; then
+if [ "${#missing[@]}" -eq 0 ]; then
+    log "nothing to install"
+elif ! is_root; then
+    log "not root, so not installing ${missing[*]} (only 'invoke images.bootstrap' needs it)"
+else
     log "installing: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-    log "dockerd and debootstrap already installed"
 fi
-
-# The first docker on PATH may be a newer client than the engine package's; either can talk to the
-# engine, so use whichever answers.
-engine_answers() { docker info >/dev/null 2>&1 || /usr/bin/docker info >/dev/null 2>&1; }
 
 # --- start -----------------------------------------------------------------------------------
 if engine_answers; then
