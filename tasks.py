@@ -497,6 +497,40 @@ def bench(c, recipe, replicas=None, launchers=",".join(launch.LAUNCHERS), rounds
     print(f"wrote {', '.join(paths.values())}")
 
 
+
+@task(
+    auto_shortflags=False,
+    help={
+        "tier": "smoke | cpu | gpu (ci/nightly.yaml)",
+        "only": "run only the cells whose id (RECIPE/LAUNCHER/RUNTIME/BASE) matches this glob or text, "
+                "plus the cells they are compared with",
+        "history": "folder of per-night JSON files: read for the regression rule, tonight's record added",
+        "out": "folder for report.json, junit.xml, summary.md and history.png (default results/nightly/TIER)",
+        "matrix": "the matrix file",
+        "table": "print the README's matrix table rendered from the matrix file, run nothing",
+        "dry": "list the cells and their commands, run nothing",
+    },
+)
+def nightly(c, tier="smoke", only=None, history=None, out=None, matrix="ci/nightly.yaml", table=False, dry=False):
+    """Build the images, run every cell of a tier and the README commands, check them, write the report."""
+    from commands import nightly as matrix_file, nightly_report, nightly_run
+
+    try:
+        loaded = matrix_file.load_matrix(os.path.join(ROOT, matrix))
+        if table:
+            print(nightly_report.render_matrix_table(loaded), end="")
+            return
+        out = os.path.abspath(out or os.path.join(ROOT, "results", "nightly", tier))
+        command = shlex.join(["invoke", "nightly", *sys.argv[sys.argv.index("nightly") + 1:]]) \
+            if "nightly" in sys.argv else f"invoke nightly --tier {tier}"
+        code = nightly_run.run_night(loaded, tier, only, out, history and os.path.abspath(history), dry, command,
+                                     settings(c)["ngc_base"])
+    except matrix_file.MatrixError as error:
+        fail(str(error))
+    if code:
+        raise Exit(f"the night is red; see {os.path.join(out, 'summary.md')}", code=code)
+
+
 # -- images: base images --------------------------------------------------------------------------
 
 @task(help={"rootfs": "folder for the Debian root file system", "dry": "print the commands, run nothing"})
@@ -535,7 +569,7 @@ def cpu(c, base="debian", ca_bundle=None, dry=False):
 
 
 images = Collection("images", bootstrap, cpu)
-namespace = Collection(run, build, sbatch, bench, images)
+namespace = Collection(run, build, sbatch, bench, nightly, images)
 namespace.add_task(k8s_manifests, name="k8s")
 namespace.add_task(launch_files_task, name="launch-files")
 namespace.configure({"tf_recipes": DEFAULTS})
