@@ -115,13 +115,18 @@ def main(argv: list[str] | None = None) -> int:
 
     actions = plan(report, open_issues, args.run_url)
     commands = ([LABEL_ARGV] if any(a.verb == "open" for a in actions) else []) + [gh_argv(a) for a in actions]
+    failed = 0
     for command in commands:
         print(shlex.join(command), flush=True)
-        if not args.dry:
-            subprocess.run(command, check=True)
+        # One issue that gh cannot update must not keep the others from being updated.
+        if not args.dry and subprocess.run(command).returncode != 0:
+            failed += 1
     if not actions:
-        print(f"nothing to do: {len(open_issues)} open {LABEL!r} issue(s), no failing entry", flush=True)
-    return 0
+        print(f"nothing to do: no entry failed, and none of the {len(open_issues)} open {LABEL!r} issues' entries "
+              "passed", flush=True)
+    if failed:
+        print(f"{failed} of {len(commands)} gh commands failed (see above)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

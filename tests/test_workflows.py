@@ -325,3 +325,26 @@ def test_the_command_line_prints_the_gh_commands_when_dry(tmp_path):
     assert [line.split()[:3] for line in lines] == [["gh", "label", "create"], ["gh", "issue", "create"],
                                                     ["gh", "issue", "close"]]
     assert lines[2].startswith("gh issue close 2 ")
+
+
+def test_the_command_line_lists_open_issues_and_runs_gh(tmp_path):
+    """A stand-in `gh` on PATH answers `issue list` and records every other call."""
+    (tmp_path / "open.json").write_text(json.dumps([{"number": 2, "title": f"nightly: {README} fails"}]))
+    gh = tmp_path / "bin" / "gh"
+    gh.parent.mkdir()
+    gh.write_text(f"""#!/bin/sh
+case "$1 $2" in
+  "issue list") echo "$*" >> {tmp_path}/listed; cat {tmp_path}/open.json ;;
+  *) echo "$1 $2 $3" >> {tmp_path}/calls ;;
+esac
+""")
+    gh.chmod(0o755)
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(night(**{CELL: "fail", README: "pass"})))
+    process = subprocess.run([sys.executable, str(REPO / "ci" / "nightly_issues.py"), str(report)],
+                             capture_output=True, text=True, timeout=60,
+                             env={"PATH": f"{gh.parent}:/usr/bin:/bin"})
+    assert process.returncode == 0, output(process)
+    assert (tmp_path / "listed").read_text().split() == issues.LIST_ARGV[1:]
+    assert (tmp_path / "calls").read_text().splitlines() == ["label create nightly", "issue create --title",
+                                                              "issue close 2"]
