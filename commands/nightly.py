@@ -123,6 +123,8 @@ def load_matrix(path: str) -> Matrix:
     for name, spec in launchers.items():
         _need(spec, "replicas", int, f"{path}: launchers.{name}")
         _need(spec, "flags", list, f"{path}: launchers.{name}")
+        if not isinstance(spec.get("args", []), list):
+            raise MatrixError(f"{path}: launchers.{name}.args: expected a list of train.py arguments")
     for name, spec in recipes.items():
         where = f"{path}: recipes.{name}"
         _need(spec, "global_batch", int, where)
@@ -176,7 +178,7 @@ def expand(matrix: Matrix, tier: str) -> list[Cell]:
                         recipe=recipe, launcher=launcher, runtime=runtime, base=base, tier=tier,
                         replicas=replicas, gpus=replicas if spec.get("gpus") else 0,
                         launcher_flags=tuple(str(f) for f in matrix.launchers[launcher]["flags"]),
-                        train_args=tuple(str(a) for a in recipe_spec["args"]),
+                        train_args=tuple(str(a) for a in [*recipe_spec["args"], *matrix.launchers[launcher].get("args", [])]),
                         global_batch=recipe_spec["global_batch"], time_limit=float(recipe_spec["time_limit"]),
                         reference=recipe_spec["reference"]))
     return cells

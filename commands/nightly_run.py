@@ -204,8 +204,8 @@ def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
     if status is None:
         entry["problems"].append(f"did not finish within its time limit of {cell.time_limit:.0f} s")
     elif status != 0:
-        tail = [line for line in output.splitlines() if line.startswith("error:")][-1:]
-        entry["problems"].append(f"exit status {status}" + (f": {tail[0][7:]}" if tail else ""))
+        said = [line.split("error: ", 1)[1] for line in output.splitlines() if "error: " in line][-1:]
+        entry["problems"].append(f"exit status {status}" + (f": {said[0]}" if said else ""))
     else:
         results = read_results(results_dir)
         entry["problems"] += nightly.check_results(cell, results)
@@ -284,11 +284,11 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
     facts = machine_facts(cells, ngc_base) if not dry else {"docker": True, "gpus": 0}
     if dry:
         for cell in cells:
-            why = nightly.not_runnable(cell, {**facts, "apptainer": True, "ngc": True, "gpus": cell.gpus})
-            print(f"{cell.id}: {nightly.quote(nightly.cell_command(cell, 'OUT/cells/' + cell.id.replace('/', '-') + '/results', '<data>' if matrix.recipes[cell.recipe].get('data') else None))}"
-                  + (f"  # {why}" if why else ""))
+            data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
+            results = os.path.join(out, "cells", cell.id.replace("/", "-"), "results")
+            print(f"# {cell.id}\n+ {nightly.quote(nightly.cell_command(cell, results, data))}")
         for command in readme:
-            print(f"{command.id}")
+            print(f"# README command: the line of {command.file} that contains {command.match!r}")
         return 0
 
     started = datetime.datetime.now(datetime.timezone.utc)

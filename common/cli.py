@@ -102,6 +102,9 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     out.add_argument("--fault-desync-replica", type=int, default=None, metavar="R",
                      help="testing only: perturb replica R's weights before the final check, "
                           "to see the desync guard stop the run")
+    out.add_argument("--fault-slow-step", type=float, default=0.0, metavar="SECONDS",
+                     help="testing only: wait this long per training step (timed as step time), "
+                          "to see a throughput regression caught")
     return parser
 
 

@@ -264,7 +264,7 @@ class Trainer:
             tf.profiler.experimental.stop()
             log(self.launcher, f"profiler trace of steps {start + 1}..{step}: tensorboard --logdir {folder}")
 
-    def fit(self, dataset, task: Task, fault_desync_replica: int | None = None,
+    def fit(self, dataset, task: Task, fault_desync_replica: int | None = None, fault_slow_step: float = 0.0,
             explain_input_error: Callable[[int], str | None] | None = None) -> None:
         """Train from `start_step` to `total_steps`, then check that every replica agrees.
 
@@ -288,6 +288,7 @@ class Trainer:
             if self.profile_steps:
                 self._profile(first, before=True)
             outputs = self._run_steps(train_loop, iterator, first, step, explain_input_error)
+            time.sleep(fault_slow_step * (step - first + 1))
             now = time.perf_counter()
             self.step_times += [(now - last) / (step - first + 1)] * (step - first + 1)
             stop = outputs.pop("stop") > 0

@@ -6,6 +6,7 @@ import shlex
 
 import pytest
 
+from commands import nightly
 from helpers import REPO, run_invoke
 
 READMES = [REPO / "README.md", *sorted((REPO / "recipes").glob("*/README.md"))]
@@ -13,13 +14,8 @@ READMES = [REPO / "README.md", *sorted((REPO / "recipes").glob("*/README.md"))]
 
 def shell_lines(readme: pathlib.Path):
     """Commands in ```bash blocks, with continuation lines joined; && chains split."""
-    text = readme.read_text()
-    for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", text, flags=re.S):
-        joined = re.sub(r"\\\n\s*", " ", block)
-        for line in joined.splitlines():
-            line = line.strip().removeprefix("$ ")
-            if line and not line.startswith("#"):
-                yield from (part.strip() for part in line.split("&&"))
+    for line in nightly.shell_lines(readme.read_text()):
+        yield from (part.strip() for part in line.split("&&"))
 
 
 def invoke_commands():

@@ -223,7 +223,7 @@ def main(args):
                                                         trainer.start_step),
         args.batch_size)
     # fit() also averages the batch-norm moving statistics over the replicas and checks them.
-    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica)
+    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica, fault_slow_step=args.fault_slow_step)
 
     validation = trainer.evaluate(make_eval_dataset(builder, args, launcher), TASK)
     training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")

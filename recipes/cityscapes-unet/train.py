@@ -177,7 +177,8 @@ def main(args):
     # A file that fails to decode mid-run is named by re-reading the examples of the failing step.
     explain = None if synthetic else data.explain_train_error(args.data_dir, trainer.global_batch, args.seed)
     trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK,
-                fault_desync_replica=args.fault_desync_replica, explain_input_error=explain)
+                fault_desync_replica=args.fault_desync_replica,
+                fault_slow_step=args.fault_slow_step, explain_input_error=explain)
 
     extra = {"precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
              "crop": args.crop, "shard_late": args.shard_late,

@@ -196,7 +196,7 @@ def main(args):
         lambda shard: make_train_dataset(x_train, y_train, shard, trainer.total_steps, args.seed,
                                          trainer.start_step),
         args.batch_size)
-    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica)
+    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica, fault_slow_step=args.fault_slow_step)
 
     # Every process evaluates its own share of the test set; the sums are added up over processes.
     share = launcher.eval_share(len(x_test))
