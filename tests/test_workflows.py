@@ -212,8 +212,9 @@ def test_nightly_runs_on_a_schedule_and_by_hand_with_a_tier():
 
 
 def test_every_step_that_needs_github_is_skipped_under_act():
-    """act (tests/test_nightly_workflow.py) sets env.ACT. Remote actions would be cloned from GitHub
-    and the issue step calls GitHub's API, so those are skipped under act; every other step runs."""
+    """act (tests/test_nightly_workflow.py) sets env.ACT. Skipped under it: the remote actions, which
+    would be cloned from GitHub (checkout, setup-python, cache restore and save, upload-artifact), and
+    the issue step, which calls GitHub's API. Every other step runs under act."""
     for job_id, step in steps(load(WORKFLOWS / "nightly.yml")):
         needs_github = "uses" in step or "ci/nightly_issues.py" in step.get("run", "")
         skipped_under_act = "!env.ACT" in str(step.get("if", ""))
