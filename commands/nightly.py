@@ -57,6 +57,7 @@ class Cell:
     global_batch: int
     time_limit: float
     reference: str  # the launcher of the recipe's reference cell
+    parity: bool = True  # compared with the reference cell (false: the recipe's `no_parity` launchers)
 
     @property
     def id(self) -> str:
@@ -133,6 +134,9 @@ def load_matrix(path: str) -> Matrix:
         reference = _need(spec, "reference", str, where)
         if reference not in launchers:
             raise MatrixError(f"{where}.reference: {reference!r} is not a launcher ({', '.join(launchers)})")
+        for launcher in spec.get("no_parity", []):
+            if launcher not in launchers:
+                raise MatrixError(f"{where}.no_parity: {launcher!r} is not a launcher")
         for command in spec.get("data") or []:
             if not isinstance(command, list) or not command:
                 raise MatrixError(f"{where}.data: every step is a command as a list of words")
@@ -180,7 +184,8 @@ def expand(matrix: Matrix, tier: str) -> list[Cell]:
                         launcher_flags=tuple(str(f) for f in matrix.launchers[launcher]["flags"]),
                         train_args=tuple(str(a) for a in [*recipe_spec["args"], *matrix.launchers[launcher].get("args", [])]),
                         global_batch=recipe_spec["global_batch"], time_limit=float(recipe_spec["time_limit"]),
-                        reference=recipe_spec["reference"]))
+                        reference=recipe_spec["reference"],
+                        parity=launcher not in recipe_spec.get("no_parity", [])))
     return cells
 
 

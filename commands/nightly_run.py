@@ -219,7 +219,7 @@ def add_parity(entries: dict) -> None:
     """Each passing cell against its recipe's reference cell (which must itself have passed)."""
     for entry in entries.values():
         cell = entry["_cell"]
-        if cell.is_reference or entry["problems"]:
+        if cell.is_reference or entry["problems"] or not cell.parity:
             continue
         reference = entries.get(cell.reference_id)
         if reference is None or reference["problems"] or reference["status"] == "not-run":
@@ -233,6 +233,7 @@ def add_parity(entries: dict) -> None:
             entry["problems"].append(f"cannot read final weights for the parity check: {error}")
             continue
         entry["problems"] += nightly.check_parity(entry["_results"], mine, reference["_results"], theirs)
+        entry["parity_with"] = cell.reference_id
 
 
 # -- README commands ---------------------------------------------------------------------------
@@ -247,9 +248,11 @@ def run_readme(command, out: str, index: int) -> dict:
         entry.update(command="", problems=[str(error)])
         return entry
     entry["command"] = line
+    # As a user runs it after the README's setup: with the environment's `invoke` and `python` first on PATH.
+    venv = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     started = time.time()
     status, output, attempts, cause = with_one_retry(
-        lambda: run_logged(line, os.path.join(out, entry["log"]), command.time_limit, shell=True))
+        lambda: run_logged(line, os.path.join(out, entry["log"]), command.time_limit, shell=True, env=venv))
     entry.update(attempts=attempts, retried_for=cause, duration_s=round(time.time() - started, 1))
     if status is None:
         entry["problems"].append(f"did not finish within {command.time_limit:.0f} s")
@@ -329,6 +332,8 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
         else:
             say(f"{index}/{len(cells)} {cell.id}")
             entry = run_cell(cell, out, data_dirs.get(cell.recipe), env)
+            rate = f", {entry['images_per_sec']:,.1f} img/s" if entry["images_per_sec"] else ""
+            say(f"  {'; '.join(entry['problems']) or 'finished'} ({entry['duration_s']:.0f} s{rate})")
         entry["_cell"] = cell
         entry.setdefault("status", "fail" if entry["problems"] else "pass")
         entries[cell.id] = entry

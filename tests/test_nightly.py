@@ -45,6 +45,13 @@ def test_gpu_cells_ask_for_one_gpu_per_replica_and_cpu_cells_for_cpu_replicas():
     assert smoke["mpirun"][smoke["mpirun"].index("--horovod-runner") + 1] == "mpirun"
 
 
+def test_cells_are_compared_with_their_recipes_reference_unless_the_matrix_says_why_not():
+    cells = {c.id: c for c in nightly.expand(MATRIX, "cpu")}
+    assert cells["mnist-cnn/mpirun/docker/cpu"].reference_id == "mnist-cnn/single/docker/cpu"
+    assert cells["cassava-resnet/horovodrun/docker/cpu"].reference_id == "cassava-resnet/mirrored/docker/cpu"
+    assert not cells["cassava-resnet/single/docker/cpu"].parity and cells["cassava-resnet/horovodrun/docker/cpu"].parity
+
+
 def test_cells_that_cannot_run_here_say_why():
     cells = {c.id: c for c in nightly.expand(MATRIX, "gpu") + nightly.expand(MATRIX, "cpu")}
     here = {"docker": True, "apptainer": False, "gpus": 0, "ngc": False}
