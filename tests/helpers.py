@@ -9,12 +9,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-# What every results.json must hold (the contract of common.training.Trainer.save_results).
-RESULT_FIELDS = {
-    "recipe", "launcher", "nodes", "replicas", "global_batch", "steps", "images_per_sec",
-    "images_per_sec_per_replica", "step_time_p50_ms", "step_time_p90_ms", "losses", "final_metrics",
-    "replica_fingerprints", "versions",
-}
+from commands.nightly import RESULT_FIELDS  # noqa: E402,F401 (what every results.json must hold)
 
 
 def run_invoke(*args, timeout=900, env=None) -> subprocess.CompletedProcess:

@@ -158,3 +158,19 @@ def test_the_summary_reached_the_step_summary(night):
 def test_acts_own_folder_is_gone(night):
     """The job's workspace (hostexecutor) is deleted when it ends: the report had to go elsewhere."""
     assert night["act"].is_dir() and list(night["act"].glob("*/hostexecutor")) == []
+
+
+def test_the_docker_cells_trained_inside_the_recipe_image_as_nvidia_recommends(night):
+    """What each mnist-cnn cell ran and wrote: the image, `docker run --init --ipc=host`, the results
+    on the host owned by the calling user, and the versions inside the image."""
+    report = json.loads((night["report"] / "report.json").read_text())
+    cells = [e for e in report["entries"] if e["kind"] == "cell" and e["runtime"] == "docker"]
+    assert {e["launcher"] for e in cells} == {"single", "mirrored", "multiworker", "horovodrun", "mpirun"}
+    for entry in cells:
+        log = (night["report"] / entry["log"]).read_text()
+        assert "docker run --rm --init" in log and "--ipc=host" in log and "tf-recipes/mnist-cnn:cpu" in log, entry["id"]
+        results_path = night["report"] / entry["log"].replace("log.txt", "results/results.json")
+        results = json.loads(results_path.read_text())
+        assert results["replicas"] == entry["replicas"] and len(set(results["replica_fingerprints"])) == 1
+        assert results["versions"]["horovod"] == "0.28.1" and results["versions"]["python"].startswith("3.11")
+        assert os.stat(results_path).st_uid == os.getuid()
