@@ -90,7 +90,8 @@ def render_summary(report: dict) -> str:
 
 
 def plot_history(nights: list[dict], tier: str, path: str) -> None:
-    """images/s per cell per night (one line per cell), regressions marked with a red ring."""
+    """images/s per cell per night: one panel per recipe (their rates differ a hundredfold), one
+    line per launcher/runtime/base, regressions and failures ringed in red."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -98,22 +99,28 @@ def plot_history(nights: list[dict], tier: str, path: str) -> None:
 
     nights = [n for n in nights if n.get("tier") == tier]
     cell_ids = list(dict.fromkeys(c for n in nights for c in n["cells"]))
-    figure, axes = plt.subplots(figsize=(9, 5))
-    for cell_id in cell_ids:
-        points = [(i, n["cells"][cell_id]) for i, n in enumerate(nights) if n["cells"].get(cell_id, {}).get("images_per_sec")]
-        if not points:
-            continue
-        xs, ys = [i for i, _ in points], [c["images_per_sec"] for _, c in points]
-        axes.plot(xs, ys, marker="o", label=cell_id)
-        bad = [(i, c["images_per_sec"]) for i, c in points if c.get("regression") or c.get("status") == "fail"]
-        if bad:
-            axes.scatter(*zip(*bad), s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=3)
-    axes.set_xticks(range(len(nights)), [n["started"][:16].replace("T", "\n") for n in nights], fontsize=7)
-    axes.set_ylabel("images/s")
-    axes.set_title(f"tf-recipes nightly, tier {tier}: images/s per cell (red ring: regression or failure)")
-    axes.grid(alpha=0.3)
-    if cell_ids:
-        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    recipes = list(dict.fromkeys(c.split("/")[0] for c in cell_ids)) or ["(no cells)"]
+    figure, panels = plt.subplots(len(recipes), 1, figsize=(9, 2.6 * len(recipes) + 0.8), sharex=True, squeeze=False)
+    for recipe, axes in zip(recipes, panels[:, 0]):
+        for cell_id in [c for c in cell_ids if c.split("/")[0] == recipe]:
+            points = [(i, n["cells"][cell_id]) for i, n in enumerate(nights)
+                      if n["cells"].get(cell_id, {}).get("images_per_sec")]
+            if not points:
+                continue
+            axes.plot([i for i, _ in points], [c["images_per_sec"] for _, c in points], marker="o",
+                      label=cell_id.split("/", 1)[1])
+            bad = [(i, c["images_per_sec"]) for i, c in points if c.get("regression") or c.get("status") == "fail"]
+            if bad:
+                axes.scatter(*zip(*bad), s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=3)
+        axes.set_title(recipe, fontsize=10, loc="left")
+        axes.set_ylabel("images/s")
+        axes.set_ylim(bottom=0)
+        axes.grid(alpha=0.3)
+        if axes.lines:
+            axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    panels[-1, 0].set_xticks(range(len(nights)), [n["started"][:16].replace("T", "\n") for n in nights], fontsize=7)
+    figure.suptitle(f"tf-recipes nightly, tier {tier}: images/s per cell and night (red ring: regression or failure)",
+                    fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
