@@ -214,7 +214,7 @@ def cell_command(cell: Cell, results_dir: str, data_dir: str | None, invoke: tup
 
 def not_runnable(cell: Cell, facts: dict) -> str | None:
     """Why a cell cannot run on this machine (None: it can). `facts`: docker (an engine answers),
-    apptainer (on PATH), gpus (count), ngc (the NGC base is here or can be pulled), horovod."""
+    apptainer (on PATH), gpus (count), ngc (the NGC base is here or can be pulled)."""
     if cell.gpus > facts.get("gpus", 0):
         return f"needs {cell.gpus} GPU(s); this machine has {facts.get('gpus', 0)}"
     if cell.runtime == "docker" and not facts.get("docker"):
@@ -322,15 +322,20 @@ def ratios(rates: dict[str, float | None], cells: list[Cell]) -> dict[str, float
     return out
 
 
+def past_ratios(cell_id: str, nights: list[dict], tier: str, window: int) -> list[float]:
+    """The cell's ratios in the last `window` nights of the tier in which it passed, oldest first."""
+    return [n["cells"][cell_id]["ratio"] for n in nights
+            if n.get("tier") == tier and n["cells"].get(cell_id, {}).get("status") == "pass"
+            and n["cells"][cell_id].get("ratio")][-window:]
+
+
 def regressions(tonight: dict[str, float], nights: list[dict], tier: str, rule: dict) -> list[dict]:
     """Cells whose ratio tonight is more than rule['drop'] below the median of their ratios over
     the last rule['window'] earlier nights of the tier where they passed (at least
     rule['min_nights'] of them). `nights`: history records, oldest first."""
     found = []
     for cell_id, ratio in sorted(tonight.items()):
-        past = [n["cells"][cell_id]["ratio"] for n in nights
-                if n.get("tier") == tier and n["cells"].get(cell_id, {}).get("status") == "pass"
-                and n["cells"][cell_id].get("ratio")][-rule["window"]:]
+        past = past_ratios(cell_id, nights, tier, rule["window"])
         if len(past) < rule["min_nights"]:
             continue
         baseline = statistics.median(past)
@@ -342,9 +347,7 @@ def regressions(tonight: dict[str, float], nights: list[dict], tier: str, rule: 
 
 def change_against_history(cell_id: str, ratio: float | None, nights: list[dict], tier: str, window: int) -> float | None:
     """Tonight's ratio against the median of the last `window` passed nights (None: no history)."""
-    past = [n["cells"][cell_id]["ratio"] for n in nights
-            if n.get("tier") == tier and n["cells"].get(cell_id, {}).get("status") == "pass"
-            and n["cells"][cell_id].get("ratio")][-window:]
+    past = past_ratios(cell_id, nights, tier, window)
     if ratio is None or not past:
         return None
     return ratio / statistics.median(past) - 1

@@ -105,7 +105,7 @@ def memlock_allowed() -> bool:
 
 def machine_facts(cells, ngc_base: str) -> dict:
     facts = {"docker": docker_answers(), "apptainer": shutil.which("apptainer") is not None,
-             "gpus": gpu_count(), "horovod": True}
+             "gpus": gpu_count()}
     wants_ngc = any(c.base == "ngc" and c.gpus <= facts["gpus"] for c in cells)
     facts["ngc"] = bool(wants_ngc and facts["docker"] and image_here_or_pulled(ngc_base))
     facts["memlock"] = memlock_allowed() if facts["docker"] else True
@@ -180,6 +180,13 @@ def remove_containers(cell, results_dir: str) -> None:
         subprocess.run(["docker", "rm", "-f", container], capture_output=True)
 
 
+def cell_entry(cell, command: list[str], **fields) -> dict:
+    """A cell's line in the report, before its checks."""
+    return {"id": cell.id, "kind": "cell", "recipe": cell.recipe, "launcher": cell.launcher, "runtime": cell.runtime,
+            "base": cell.base, "tier": cell.tier, "replicas": cell.replicas, "command": command, "attempts": 0,
+            "images_per_sec": None, "ratio": None, "change": None, "problems": [], **fields}
+
+
 def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
     folder = os.path.join(out, "cells", cell.id.replace("/", "-"))
     results_dir = os.path.join(folder, "results")
@@ -195,12 +202,9 @@ def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
         return status, output
 
     status, output, attempts, cause = with_one_retry(attempt)
-    entry = {"id": cell.id, "kind": "cell", "recipe": cell.recipe, "launcher": cell.launcher,
-             "runtime": cell.runtime, "base": cell.base, "tier": cell.tier, "replicas": cell.replicas,
-             "command": nightly.cell_command(cell, results_dir, data_dir, ("invoke",)),
-             "attempts": attempts, "retried_for": cause, "duration_s": round(attempt.seconds, 1),
-             "log": os.path.relpath(os.path.join(folder, "log.txt"), out), "images_per_sec": None,
-             "ratio": None, "change": None, "problems": []}
+    entry = cell_entry(cell, nightly.cell_command(cell, results_dir, data_dir, ("invoke",)), attempts=attempts,
+                       retried_for=cause, duration_s=round(attempt.seconds, 1),
+                       log=os.path.relpath(os.path.join(folder, "log.txt"), out))
     if status is None:
         entry["problems"].append(f"did not finish within its time limit of {cell.time_limit:.0f} s")
     elif status != 0:
@@ -321,14 +325,10 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
                        or n.startswith(f"{cell.recipe}:{cell.base}")), None) or data_errors.get(cell.recipe)
         if why:
             data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
-            entry = {"id": cell.id, "kind": "cell", "recipe": cell.recipe, "launcher": cell.launcher,
-                     "runtime": cell.runtime, "base": cell.base, "tier": tier, "status": "not-run", "reason": why,
-                     "command": nightly.cell_command(cell, "RESULTS", data, ("invoke",)), "attempts": 0,
-                     "images_per_sec": None, "ratio": None, "change": None, "problems": []}
+            entry = cell_entry(cell, nightly.cell_command(cell, "RESULTS", data, ("invoke",)),
+                               status="not-run", reason=why)
         elif broken:
-            entry = {"id": cell.id, "kind": "cell", "recipe": cell.recipe, "launcher": cell.launcher,
-                     "runtime": cell.runtime, "base": cell.base, "tier": tier, "attempts": 0,
-                     "command": [], "images_per_sec": None, "ratio": None, "change": None, "problems": [broken]}
+            entry = cell_entry(cell, [], problems=[broken])
         else:
             say(f"{index}/{len(cells)} {cell.id}")
             entry = run_cell(cell, out, data_dirs.get(cell.recipe), env)

@@ -171,10 +171,12 @@ tiers:
 readme:
   - {file: README, match: "nightly-fails", tiers: [cpu], time_limit: 60}
   - {file: README, match: "nightly-flaky", tiers: [cpu], time_limit: 60}
+  - {file: README, match: "nightly-hangs", tiers: [cpu], time_limit: 3}
 """
 README = """```bash
 python -c "raise SystemExit('a README command that no longer works')"  # nightly-fails
 test -e {mark} || {{ touch {mark}; echo 'docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 125; }}  # nightly-flaky
+sleep 120  # nightly-hangs
 ```
 """
 
@@ -222,6 +224,7 @@ def test_the_good_cells_pass_and_the_bad_ones_turn_the_night_red(controls):
     ("mnist-cnn/different/local/cpu", "differs from the reference"),
     ("mnist-cnn/crash/local/cpu", "exit status 2: argument --epochs"),
     (f"README: nightly-fails", "exit status 1"),
+    (f"README: nightly-hangs", "did not finish within 3 s"),
 ])
 def test_each_bad_cell_is_named_in_the_summary_and_the_junit_file(controls, cell, reason):
     _, report, out = controls["first"]
