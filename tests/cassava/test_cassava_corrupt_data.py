@@ -98,6 +98,23 @@ def test_an_undecodable_photo_is_named_by_its_example_number(tmp_path):
                           foreign=r"^Improper call to JPEG library in state \d+$")  # libjpeg's own stderr
 
 
+def test_a_chunk_cut_short_by_a_bad_photo_leaves_no_file_behind(tmp_path, monkeypatch):
+    truncated = prepared_with_a_truncated_photo(tmp_path / "tfds")
+    builder = input_pipeline.cassava_builder(str(tmp_path / "tfds"), allow_download=False)
+    stored = [jpeg.numpy() for jpeg, _ in input_pipeline.encoded_split(builder, "train")]
+    assert stored.index(truncated) >= 2  # so that, two decodes at a time, example 0 is in before it fails
+    monkeypatch.setattr(input_pipeline, "DECODE_BATCH", 1)
+    opened = []
+    open_chunk_file = input_pipeline._open_chunk_file
+    monkeypatch.setattr(input_pipeline, "_open_chunk_file", lambda path, shape: opened.append(path) or
+                        open_chunk_file(path, shape))
+    shard = InputShard(num_pipelines=1, pipeline_id=0, per_replica_batch=4, global_batch=4)
+    with pytest.raises(input_pipeline.DataError, match="cannot be decoded as an image"):
+        input_pipeline.cache_split(builder, "train", SIZE, str(tmp_path / "cache"), shard, log=lambda message: None)
+    assert opened  # the chunk's file was being filled when the bad photo came
+    assert [path for path in (tmp_path / "cache").rglob("*") if path.is_file()] == []
+
+
 def test_a_damaged_tfrecord_shard_is_named(cassava_data_dir, tmp_path):
     copy = tmp_path / "tfds"
     shutil.copytree(cassava_data_dir, copy)
