@@ -1,15 +1,16 @@
 """What the training loop costs on the host: common.training's loop against a bare tf.function loop.
 
-    .venv/bin/python ci/benchmark_host_overhead.py --batch-size 1 --steps 1500 --rounds 3
+    .venv/bin/python ci/benchmark_host_overhead.py --batch-size 1 --steps 1500 --rounds 5 --json docs/bench/host-overhead.json
 
 Both train the mnist-cnn model (dropout on, Adam) on the same synthetic data through the recipe's own
 input pipeline, one replica, on this machine. The bare loop is what one writes by hand: one
 `tf.function` call per step (GradientTape, apply_gradients), no host reads until the end. The
 recipe's loop adds everything it guarantees (per-step stop flag, loss check, logging, results) and
 runs `--steps-per-loop` steps per call; it is timed at each K given with --loops. Variants run
-interleaved over --rounds in one process, each on a fresh model; the medians of images/s are
-reported with their ratio to the bare loop. Small batches show the overhead; at batch 32 and above
-it is lost in the step itself.
+interleaved over --rounds in one process, each on a fresh model, in reversed order every other round;
+reported are the median images/s and each loop's ratio to the bare loop taken within each round (the
+median and the lowest round). Small batches show the overhead; at batch 32 and above it is lost in the
+step itself.
 """
 import argparse
 import json
@@ -30,6 +31,8 @@ import train as mnist  # noqa: E402
 from common import training  # noqa: E402
 from common.data import InputShard  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
+
+BARE = "bare tf.function loop"
 
 
 def dataset(images, labels, batch, steps, seed):
@@ -83,29 +86,33 @@ def main():
     parser.add_argument("--loops", default="1,10", help="--steps-per-loop values of the recipe's loop to time")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     launcher = create_launcher("single")
     images, labels, _, _ = mnist.synthetic_mnist(42, train=max(args.steps * args.batch_size, 1000), test=10)
-    variants = {"bare tf.function loop": lambda: bare_loop(images, labels, args.batch_size, args.steps,
+    variants = {BARE: lambda: bare_loop(images, labels, args.batch_size, args.steps,
                                                            args.warmup, 42)}
     for k in (int(k) for k in args.loops.split(",")):
         variants[f"recipe loop, --steps-per-loop {k}"] = (
             lambda k=k: recipe_loop(launcher, images, labels, args.batch_size, args.steps, args.warmup, 42, k))
     rates = {name: [] for name in variants}
+    names = list(variants)
     for round_index in range(args.rounds):
-        for name, measure in variants.items():
-            rates[name].append(measure())
+        for name in names if round_index % 2 == 0 else names[::-1]:  # no variant always goes first
+            rates[name].append(variants[name]())
             print(f"round {round_index + 1}: {name}: {rates[name][-1]:,.1f} img/s", file=sys.stderr, flush=True)
     medians = {name: statistics.median(values) for name, values in rates.items()}
-    bare = medians["bare tf.function loop"]
+    # Each ratio is taken within a round, where both loops shared the machine's state.
+    ratios = {name: [rate / bare for rate, bare in zip(values, rates[BARE])] for name, values in rates.items()}
     print(f"\nmnist-cnn, batch {args.batch_size}, 1 replica, {args.steps} steps ({args.warmup} warm-up), "
-          f"median of {args.rounds} interleaved rounds\n")
-    print("| loop | images/s | vs bare loop |\n|---|---:|---:|")
-    for name, value in medians.items():
-        print(f"| {name} | {value:,.1f} | {value / bare:.3f}x |")
+          f"{args.rounds} interleaved rounds\n")
+    print("| loop | images/s (median) | vs bare loop (median of rounds) | lowest round |\n|---|---:|---:|---:|")
+    for name in names:
+        print(f"| {name} | {medians[name]:,.1f} | {statistics.median(ratios[name]):.3f}x | {min(ratios[name]):.3f}x |")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup,
-                       "rounds": rates, "medians": medians, "command": sys.argv,
+            json.dump({"date": started, "batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup,
+                       "rounds": rates, "medians": medians, "ratios": ratios, "command": sys.argv, "cpus": os.cpu_count(),
+                       "load_average": [round(load, 2) for load in os.getloadavg()],
                        "tensorflow": tf.__version__, "keras": keras.__version__}, handle, indent=2)
 
 

@@ -280,3 +280,18 @@ def test_bench_measures_every_launcher_and_writes_table_json_and_png(tmp_path, r
     assert png_size(out / "bench.png") == PNG_SIZE
     assert not (out / "runs").exists()  # run folders are removed after a successful benchmark
 
+
+
+# -- the kept measurement --------------------------------------------------------------------------
+
+def test_the_readme_shows_the_kept_mnist_bench_and_its_command():
+    kept = REPO / "docs" / "bench" / "mnist-cnn"
+    report = json.loads((kept / "bench.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    rows = [line for line in (kept / "bench.md").read_text().splitlines() if line.startswith("|")]
+    assert len(rows) == 2 + len(report["rows"])  # header, rule and one row per configuration
+    for row in rows:
+        assert row in readme, row
+    assert report["command"] in readme and report["git_revision"][:7] in readme
+    assert report["date"][:10] in readme and (kept / "bench.png").is_file()
+    png_size(kept / "bench.png")
