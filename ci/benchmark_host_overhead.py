@@ -89,8 +89,7 @@ def main():
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     launcher = create_launcher("single")
     images, labels, _, _ = mnist.synthetic_mnist(42, train=max(args.steps * args.batch_size, 1000), test=10)
-    variants = {BARE: lambda: bare_loop(images, labels, args.batch_size, args.steps,
-                                                           args.warmup, 42)}
+    variants = {BARE: lambda: bare_loop(images, labels, args.batch_size, args.steps, args.warmup, 42)}
     for k in (int(k) for k in args.loops.split(",")):
         variants[f"recipe loop, --steps-per-loop {k}"] = (
             lambda k=k: recipe_loop(launcher, images, labels, args.batch_size, args.steps, args.warmup, 42, k))

@@ -281,7 +281,6 @@ def test_bench_measures_every_launcher_and_writes_table_json_and_png(tmp_path, r
     assert not (out / "runs").exists()  # run folders are removed after a successful benchmark
 
 
-
 # -- the kept measurement --------------------------------------------------------------------------
 
 def test_the_readme_shows_the_kept_mnist_bench_and_its_command():

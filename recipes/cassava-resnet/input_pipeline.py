@@ -184,7 +184,7 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
                 chunk = filling[start]
                 # One write per image, from the decoder's batch to the file: no chunk-sized buffer to
                 # fill first (fresh memory is what costs most here, in a VM above all).
-                os.pwrite(chunk[0].fileno(), image, chunk[1] + (index - start) * image.nbytes)
+                _write_at(chunk[0], image, chunk[1] + (index - start) * image.nbytes)
                 chunk[2][index - start] = label
                 chunk[3] += 1
                 if chunk[3] == count[start]:
@@ -206,6 +206,15 @@ def _open_chunk_file(path: str, shape: tuple):
                                                   "fortran_order": False, "shape": shape})
     os.ftruncate(handle.fileno(), handle.tell() + int(np.prod(shape)))
     return handle, handle.tell()
+
+
+def _write_at(handle, array: np.ndarray, offset: int) -> None:
+    """All of the array's bytes at this offset: pwrite may write fewer than it was given."""
+    written = os.pwrite(handle.fileno(), array, offset)
+    rest = memoryview(array).cast("B")[written:]
+    while rest:
+        written = os.pwrite(handle.fileno(), rest, offset + array.nbytes - len(rest))
+        rest = rest[written:]
 
 
 def _temporary(path: str) -> str:

@@ -1,5 +1,6 @@
 """cassava-resnet's data path: the generated TFDS directory, the decode-once cache, sharding and
 replica groups, the seed's pipeline, and the offline errors."""
+import os
 import time
 
 import numpy as np
@@ -48,6 +49,23 @@ def test_the_cache_holds_each_example_decoded_and_resized_with_its_label(builder
     np.testing.assert_array_equal(images, expected_images)
     np.testing.assert_array_equal(labels, expected_labels)
     assert set(labels) == set(range(5))
+
+
+def test_short_writes_still_put_every_byte_in_the_cache(builder, tmp_path, monkeypatch):
+    """pwrite may write fewer bytes than it is given (a full disk, a signal): the rest is written too,
+    not left as zeros in the file."""
+    pwrite, calls = os.pwrite, []
+
+    def short_pwrite(fd, data, offset):
+        data = memoryview(data).cast("B")
+        calls.append(len(data))
+        return pwrite(fd, data[:1000], offset)
+
+    monkeypatch.setattr(os, "pwrite", short_pwrite)
+    arrays = input_pipeline.cache_split(builder, "train", 40, str(tmp_path), InputShard(1, 0, 2, 2),
+                                        log=lambda _: None)
+    assert max(calls) == 40 * 40 * 3 and min(calls) < 1000  # whole images asked for, written in pieces
+    np.testing.assert_array_equal(arrays.gather(np.arange(len(arrays)))[0], decoded_split(builder, "train", 40)[0])
 
 
 def test_a_second_run_reuses_the_cache_and_another_size_does_not(builder, tmp_path):
