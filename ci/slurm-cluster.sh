@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine (munged, slurmctld and slurmd on localhost), so that
-# tests/test_slurm_cluster.py can submit the scripts `invoke sbatch` renders to a real scheduler.
+# tests/integration/test_slurm_cluster.py can submit the scripts `invoke sbatch` renders to a real scheduler.
 # Debian 12, as root. Safe to run again: it installs, writes and starts only what is missing, and
 # returns once `sinfo` shows the node idle.
 #

@@ -1,2 +1,8 @@
-"""Pure command builders: plain values in, an argv list (and environment) out. Nothing here runs
-anything; `tasks.py` runs what these build."""
+"""Pure builders: plain values in; an argv list (and environment), script text or manifest dicts out.
+
+`launch` (the processes of each launcher), `containers` (docker and apptainer), `slurm` (sbatch
+scripts), `k8s` (MPIJob, TFJob and Indexed Job manifests) and `launch_files` (every recipe's
+launch/ folder). Nothing here starts a process, writes or reads a file, or reads the environment:
+tests/unit/test_commands_pure.py proves it. The tasks (tasks/) gather the values from the machine and
+run what these build.
+"""

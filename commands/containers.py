@@ -2,7 +2,7 @@
 
 Every function takes plain values and returns an argv list (plus, for `docker build`, the extra
 environment it needs). Nothing here runs a process, touches the file system or reads the caller's
-environment; `tasks.py` does that with what these return.
+environment; the tasks (tasks/) do that with what these return.
 
 Paths inside every container are the same, so one train command works in Docker, in Apptainer and
 on the host from the repository root:

@@ -25,12 +25,14 @@ so a restarted worker continues from the checkpoint.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import yaml
 
 from commands.containers import CONTAINER_DATA_DIR, CONTAINER_RESULTS_DIR, CONTAINER_WORKDIR
 from commands.launch import LaunchError, build_launch, build_train_command, check_choice, launch_environment
-from common import indexed_job
+from common import contract
+from common.contract import EXIT_STOPPED
 
 KINDS = ("mpijob", "tfjob", "job")
 KIND_LAUNCHER = {"mpijob": "horovod", "tfjob": "multiworker", "job": "multiworker"}
@@ -92,25 +94,36 @@ def _metadata(name: str, namespace: str | None, recipe: str) -> dict:
     return meta
 
 
-def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | None = None, workers: int = 2,
-                    gpus_per_worker: int = 8, image: str, data: str | None = None,
-                    results: str = "tf-recipes-results", namespace: str | None = None, name: str | None = None,
-                    train_args=(), horovod_runner: str = "mpirun", grace_period: int = GRACE_PERIOD,
-                    ssh_auth_mount_path: str = "/root/.ssh",
-                    resolve_timeout: int = int(indexed_job.DEFAULT_RESOLVE_TIMEOUT)) -> list[dict]:
-    """The Kubernetes objects that run `recipe` on `workers` pods with `gpus_per_worker` GPUs each.
+@dataclass(frozen=True)
+class _Job:
+    """What every kind of manifest shares: names, image, train.py's arguments and the pods' volumes."""
+    recipe: str
+    name: str
+    meta: dict
+    image: str
+    workers: int
+    gpus_per_worker: int
+    train_args: list
+    volumes: list
+    mounts: list
+    grace_period: int
 
-    `data` and `results` are PersistentVolumeClaim names or absolute host paths; the data volume is
-    mounted read-only at /data, the results volume at /results, and the job writes to
-    /results/<name>. The results volume must be shared by all pods (ReadWriteMany) for --resume.
-    """
-    launcher, kind = kind_for(launcher, kind)
+    @property
+    def resources(self) -> dict | None:
+        return {"limits": {"nvidia.com/gpu": self.gpus_per_worker}} if self.gpus_per_worker else None
+
+    def pod(self, container: dict, **fields) -> dict:
+        return {"terminationGracePeriodSeconds": self.grace_period, **fields, "containers": [container],
+                "volumes": self.volumes}
+
+
+def _check_request(kind: str, *, workers: int, gpus_per_worker: int, name: str, namespace: str | None,
+                   image: str, grace_period: int, results: str | None) -> None:
     if workers < 1 or gpus_per_worker < 0:
         raise LaunchError(f"--workers {workers} / --gpus-per-worker {gpus_per_worker}: need workers >= 1, gpus >= 0")
     if kind == "tfjob" and workers < 2:
         raise LaunchError(f"--kind tfjob with --workers {workers}: the operator gives a single worker no "
                           "TF_CONFIG; use --workers 2 or more, or --kind job")
-    name = name or f"{recipe}-{launcher}"
     if not _DNS_LABEL.fullmatch(name) or len(name) > 50:  # pods append "-worker-N" or "-N"
         raise LaunchError(f"--name {name!r} must be a DNS label: lower-case letters, digits and '-', "
                           "at most 50 characters")
@@ -122,100 +135,133 @@ def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | Non
         raise LaunchError(f"--grace-period {grace_period} must be 1..86400 seconds")
     if results is None:
         raise LaunchError("--results is needed: a shared PersistentVolumeClaim name or an absolute host path")
+
+
+def _volumes(data: str | None, results: str) -> tuple[list, list]:
+    """(volumes, mounts): data read-only at /data, results at /results, and /dev/shm in memory."""
     volumes = [v for v in (volume("data", data, readonly=True), volume("results", results, readonly=False)) if v]
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})  # /dev/shm for NCCL and MPI
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
               {"name": "results", "mountPath": CONTAINER_RESULTS_DIR}]
     if data:
         mounts.insert(0, {"name": "data", "mountPath": CONTAINER_DATA_DIR, "readOnly": True})
+    return volumes, mounts
 
-    train_args = list(train_args)
-    if "--resume" not in train_args:
-        train_args.append("--resume")  # a restarted pod continues; with no checkpoint yet, step 0
-    train_args += ["--results-dir", f"{CONTAINER_RESULTS_DIR}/{name}"]
+
+def _train_args(train_args, name: str, data: str | None) -> list[str]:
+    args = list(train_args)
+    if "--resume" not in args:
+        args.append("--resume")  # a restarted pod continues; with no checkpoint yet, step 0
+    args += ["--results-dir", f"{CONTAINER_RESULTS_DIR}/{name}"]
     if data:
-        train_args += ["--data-dir", CONTAINER_DATA_DIR]
-    meta = _metadata(name, namespace, recipe)
-    resources = {"limits": {"nvidia.com/gpu": gpus_per_worker}} if gpus_per_worker else None
+        args += ["--data-dir", CONTAINER_DATA_DIR]
+    return args
 
-    def pod(container: dict, **fields) -> dict:
-        return {"terminationGracePeriodSeconds": grace_period, **fields, "containers": [container],
-                "volumes": volumes}
 
-    if kind == "mpijob":
-        slots = max(gpus_per_worker, 1)
-        plan = build_launch(recipe, "horovod", gpus=gpus_per_worker, train_args=train_args,
-                            horovod_runner=horovod_runner, hostfile="/etc/mpi/hostfile",
-                            hostfile_nodes=workers, ssh_options=SSH_OPTIONS)
-        launcher_container = _container("launcher", image, plan.argv, env=plan.env)
-        # Host keys may be missing from an image; secrets mounted as .ssh fail sshd's StrictModes.
-        sshd = "ssh-keygen -A && mkdir -p /run/sshd && exec /usr/sbin/sshd -De -o StrictModes=no"
-        worker_container = _container("worker", image, ["/bin/bash", "-c", sshd], resources=resources,
-                                      mounts=mounts)
-        return [{
-            "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": meta,
-            "spec": {
-                "slotsPerWorker": slots,
-                "runPolicy": {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
-                              "backoffLimit": RETRIES},
-                "launcherCreationPolicy": "WaitForWorkersReady",
-                "mpiImplementation": "OpenMPI",
-                "sshAuthMountPath": ssh_auth_mount_path,
-                "mpiReplicaSpecs": {
-                    "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
-                                 "template": {"spec": {"containers": [launcher_container]}}},
-                    "Worker": {"replicas": workers,
-                               "template": {"spec": pod(worker_container)}},
-                },
+def _run_policy() -> dict:
+    return {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": TTL_AFTER_FINISHED, "backoffLimit": RETRIES}
+
+
+def _mpijob(job: _Job, horovod_runner: str, ssh_auth_mount_path: str) -> list[dict]:
+    plan = build_launch(job.recipe, "horovod", gpus=job.gpus_per_worker, train_args=job.train_args,
+                        horovod_runner=horovod_runner, hostfile="/etc/mpi/hostfile",
+                        hostfile_nodes=job.workers, ssh_options=SSH_OPTIONS)
+    launcher_container = _container("launcher", job.image, plan.argv, env=plan.env)
+    # Host keys may be missing from an image; secrets mounted as .ssh fail sshd's StrictModes.
+    sshd = "ssh-keygen -A && mkdir -p /run/sshd && exec /usr/sbin/sshd -De -o StrictModes=no"
+    worker_container = _container("worker", job.image, ["/bin/bash", "-c", sshd], resources=job.resources,
+                                  mounts=job.mounts)
+    return [{
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": job.meta,
+        "spec": {
+            "slotsPerWorker": max(job.gpus_per_worker, 1),
+            "runPolicy": _run_policy(),
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "mpiImplementation": "OpenMPI",
+            "sshAuthMountPath": ssh_auth_mount_path,
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
+                             "template": {"spec": {"containers": [launcher_container]}}},
+                "Worker": {"replicas": job.workers, "template": {"spec": job.pod(worker_container)}},
             },
-        }]
+        },
+    }]
 
-    command = build_train_command(recipe, "multiworker", train_args)
-    env = launch_environment(gpus_per_worker)
-    ports = [{"name": "tfjob-port" if kind == "tfjob" else "worker", "containerPort": WORKER_PORT}]
-    if kind == "tfjob":
-        container = _container("tensorflow", image, command, env=env, ports=ports, resources=resources,
-                               mounts=mounts)
-        return [{
-            "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": meta,
-            "spec": {
-                "runPolicy": {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
-                              "backoffLimit": RETRIES},
-                "tfReplicaSpecs": {
-                    "Worker": {"replicas": workers, "restartPolicy": "ExitCode",
-                               "template": {"spec": pod(container)}},
-                },
+
+def _tfjob(job: _Job) -> list[dict]:
+    command = build_train_command(job.recipe, "multiworker", job.train_args)
+    container = _container("tensorflow", job.image, command, env=launch_environment(job.gpus_per_worker),
+                           ports=[{"name": "tfjob-port", "containerPort": WORKER_PORT}],
+                           resources=job.resources, mounts=job.mounts)
+    return [{
+        "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": job.meta,
+        "spec": {
+            "runPolicy": _run_policy(),
+            "tfReplicaSpecs": {
+                "Worker": {"replicas": job.workers, "restartPolicy": "ExitCode",
+                           "template": {"spec": job.pod(container)}},
             },
-        }]
+        },
+    }]
 
-    env.update({
-        indexed_job.WORKERS: workers,
-        indexed_job.HOST_PATTERN: f"{name}-{{index}}.{name}",  # pod hostname . Service (subdomain)
-        indexed_job.PORT: WORKER_PORT,
-        indexed_job.RESOLVE_TIMEOUT: resolve_timeout,
-    })
-    container = _container("worker", image, command, env=env, ports=ports, resources=resources, mounts=mounts)
+
+def _indexed_job(job: _Job, namespace: str | None, resolve_timeout: int) -> list[dict]:
+    command = build_train_command(job.recipe, "multiworker", job.train_args)
+    env = {**launch_environment(job.gpus_per_worker),
+           contract.INDEXED_JOB_WORKERS: job.workers,
+           contract.INDEXED_JOB_HOST_PATTERN: f"{job.name}-{{index}}.{job.name}",  # pod hostname . Service
+           contract.INDEXED_JOB_PORT: WORKER_PORT,
+           contract.INDEXED_JOB_RESOLVE_TIMEOUT: resolve_timeout}
+    container = _container("worker", job.image, command, env=env,
+                           ports=[{"name": "worker", "containerPort": WORKER_PORT}],
+                           resources=job.resources, mounts=job.mounts)
     service = {
-        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(name, namespace, recipe),
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"job-name": name},
+        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(job.name, namespace, job.recipe),
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"job-name": job.name},
                  "ports": [{"name": "worker", "port": WORKER_PORT}]},
     }
-    job = {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+    indexed = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": job.meta,
         "spec": {
-            "completionMode": "Indexed", "completions": workers, "parallelism": workers,
+            "completionMode": "Indexed", "completions": job.workers, "parallelism": job.workers,
             "backoffLimit": 0, "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
             "podFailurePolicy": {"rules": [
-                {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [143]}},
+                {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [EXIT_STOPPED]}},
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             ]},
             "template": {
-                "metadata": {"labels": dict(meta["labels"])},
-                "spec": pod(container, subdomain=name, restartPolicy="Never"),
+                "metadata": {"labels": dict(job.meta["labels"])},
+                "spec": job.pod(container, subdomain=job.name, restartPolicy="Never"),
             },
         },
     }
-    return [service, job]
+    return [service, indexed]
+
+
+def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | None = None, workers: int = 2,
+                    gpus_per_worker: int = 8, image: str, data: str | None = None,
+                    results: str = "tf-recipes-results", namespace: str | None = None, name: str | None = None,
+                    train_args=(), horovod_runner: str = "mpirun", grace_period: int = GRACE_PERIOD,
+                    ssh_auth_mount_path: str = "/root/.ssh",
+                    resolve_timeout: int = int(contract.INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT)) -> list[dict]:
+    """The Kubernetes objects that run `recipe` on `workers` pods with `gpus_per_worker` GPUs each.
+
+    `data` and `results` are PersistentVolumeClaim names or absolute host paths; the data volume is
+    mounted read-only at /data, the results volume at /results, and the job writes to
+    /results/<name>. The results volume must be shared by all pods (ReadWriteMany) for --resume.
+    """
+    launcher, kind = kind_for(launcher, kind)
+    name = name or f"{recipe}-{launcher}"
+    _check_request(kind, workers=workers, gpus_per_worker=gpus_per_worker, name=name, namespace=namespace,
+                   image=image, grace_period=grace_period, results=results)
+    volumes, mounts = _volumes(data, results)
+    job = _Job(recipe, name, _metadata(name, namespace, recipe), image, workers, gpus_per_worker,
+               _train_args(train_args, name, data), volumes, mounts, grace_period)
+    if kind == "mpijob":
+        return _mpijob(job, horovod_runner, ssh_auth_mount_path)
+    if kind == "tfjob":
+        return _tfjob(job)
+    return _indexed_job(job, namespace, resolve_timeout)
 
 
 def render_yaml(documents: list[dict], header: str = "") -> str:

@@ -10,8 +10,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
-HOROVOD_RUNNERS = ("horovodrun", "mpirun")
+from common.contract import HOROVOD_RUNNERS, LAUNCHERS
 
 
 class LaunchError(ValueError):
@@ -23,12 +22,6 @@ class LaunchPlan:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     replicas: int = 1
-
-
-def list_recipes(root: str) -> list[str]:
-    """Recipe folders: every recipes/NAME that has a train.py."""
-    folder = os.path.join(root, "recipes")
-    return sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, "train.py")))
 
 
 def check_choice(kind: str, value: str, choices) -> None:
@@ -138,6 +131,12 @@ class ShellWord(str):
 
 def shell_join(argv) -> str:
     return " ".join(word if isinstance(word, ShellWord) else shlex.quote(word) for word in argv)
+
+
+def echo_line(argv, env=None) -> str:
+    """How a command is shown before it runs: `+ NAME=value ... argv`, quoted for the shell."""
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    return f"+ {prefix + ' ' if prefix else ''}{shlex.join(argv)}"
 
 
 def build_train_command(recipe: str, launcher: str, train_args=(), python: str = "python") -> list[str]:

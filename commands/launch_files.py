@@ -7,7 +7,6 @@ test fails as soon as a builder changes and the files were not regenerated.
 """
 from __future__ import annotations
 
-import os
 import shlex
 
 from commands import containers, k8s, slurm
@@ -92,19 +91,9 @@ def launch_files(recipe: str) -> dict[str, str]:
     return files
 
 
-def stale_files(root: str, recipes) -> list[str]:
-    """Paths (relative to `root`) that are missing, differ from what the builders render, or are extra."""
-    stale = []
-    for recipe in recipes:
-        folder = os.path.join(root, "recipes", recipe, FOLDER)
-        expected = launch_files(recipe)
-        present = set(os.listdir(folder)) if os.path.isdir(folder) else set()
-        for name in sorted(present | set(expected)):
-            path = os.path.join(folder, name)
-            if name not in expected or name not in present:
-                stale.append(os.path.relpath(path, root))
-                continue
-            with open(path) as handle:
-                if handle.read() != expected[name]:
-                    stale.append(os.path.relpath(path, root))
-    return stale
+def stale_files(recipe: str, present: dict[str, str]) -> list[str]:
+    """Names of the launch files that are missing from `present` ({file name: text} of the recipe's
+    launch/ folder as it is), differ from what the builders render, or are extra; sorted."""
+    expected = launch_files(recipe)
+    return [name for name in sorted(present.keys() | expected.keys())
+            if name not in expected or present.get(name) != expected[name]]

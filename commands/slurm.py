@@ -21,9 +21,8 @@ import re
 import shlex
 
 from commands.launch import LaunchError, ShellWord, build_train_command, check_choice, shell_join
+from common.contract import EXIT_STOPPED, LAUNCHERS
 
-SLURM_LAUNCHERS = ("multiworker", "horovod", "mirrored", "single")
-STOP_EXIT_STATUS = 143  # common.stopping.STOP_EXIT_STATUS; commands/ does not import TensorFlow code
 DEFAULT_SIGNAL_GRACE = 120
 
 # Every form sbatch's --time takes: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
@@ -49,16 +48,9 @@ def check_sbatch_fields(*, time: str, job_name: str, partition: str | None, acco
         raise LaunchError(f"--signal-grace {signal_grace} must be 1..65535 seconds before the time limit")
 
 
-def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int, train_args=(),
-                  sif: str | None = None, container_image: str | None = None, data_dir: str | None = None,
-                  time: str = "01:00:00", partition: str | None = None, account: str | None = None,
-                  job_name: str | None = None, cpus_per_task: int = 8, tasks_per_node: int | None = None,
-                  signal_grace: int = DEFAULT_SIGNAL_GRACE, requeue: bool = False) -> str:
-    """The text of an sbatch script; submit it from the repository root with `sbatch FILE`."""
-    job_name = f"tf-recipes-{recipe}" if job_name is None else job_name
-    check_sbatch_fields(time=time, job_name=job_name, partition=partition, account=account,
-                        signal_grace=signal_grace)
-    check_choice("launcher", launcher, SLURM_LAUNCHERS)
+def _check_request(launcher: str, *, nodes: int, gpus_per_node: int, sif: str | None,
+                   container_image: str | None, data_dir: str | None) -> None:
+    check_choice("launcher", launcher, LAUNCHERS)
     if nodes < 1 or gpus_per_node < 0:
         raise LaunchError(f"--nodes {nodes} / --gpus-per-node {gpus_per_node}: need nodes >= 1, gpus >= 0")
     if launcher in ("mirrored", "single") and nodes != 1:
@@ -69,6 +61,11 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         raise LaunchError(f"--container-image {container_image!r} must not contain spaces or commas")
     if data_dir and container_image and ("," in data_dir or ":" in data_dir):
         raise LaunchError(f"--data-dir {data_dir!r} contains ',' or ':', which --container-mounts cannot take")
+
+
+def _directives(launcher: str, *, job_name: str, nodes: int, gpus_per_node: int, tasks_per_node: int | None,
+                cpus_per_task: int, time: str, signal_grace: int, partition: str | None, account: str | None,
+                requeue: bool) -> list[str]:
     # One task per GPU; on CPU-only nodes `tasks_per_node` worker processes (default 1).
     per_node_tasks = 1 if launcher in ("mirrored", "single") else (gpus_per_node or tasks_per_node or 1)
     directives = [
@@ -87,7 +84,12 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
     directives += [f"--account={account}"] if account else []
     # A requeued job writes to the same output file: append, so that the stopped attempt's log stays.
     directives += ["--requeue", "--open-mode=append"] if requeue else []
+    return directives
 
+
+def _srun_command(recipe: str, launcher: str, train_args, *, gpus_per_node: int, sif: str | None,
+                  container_image: str | None, data_dir: str | None) -> str:
+    """The srun line: every task runs train.py, on the host, in Apptainer or through Pyxis."""
     inside = bool(sif or container_image)
     train_args = list(train_args)
     if "--resume" not in train_args:
@@ -106,11 +108,46 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         # Pyxis passes the task's environment (SLURM_*, PMIX_*) into the container, and exposes the
         # node's GPUs that SLURM gave the task.
         mounts = ShellWord('--container-mounts="$RESULTS":/results' +
-                      ("," + shlex.quote(f"{data_dir}:/data:ro") if data_dir else ""))
+                           ("," + shlex.quote(f"{data_dir}:/data:ro") if data_dir else ""))
         runner = [f"--container-image={container_image}", mounts, "--container-workdir=/workspace/tf-recipes"]
     else:
         runner = []
-    command = shell_join(srun + runner + train)
+    return shell_join(srun + runner + train)
+
+
+def _on_stop(requeue: bool) -> list[str]:
+    """What the batch script does when the tasks stopped on a signal with a checkpoint."""
+    if requeue:
+        return [
+            f"if [ \"$status\" -eq {EXIT_STOPPED} ]; then",
+            "    # Stopped on a signal with a checkpoint: back into the queue, same job id and results folder.",
+            '    echo "stopped with a checkpoint in $RESULTS; requeueing job $SLURM_JOB_ID" >&2',
+            '    scontrol requeue "$SLURM_JOB_ID"',
+            "fi",
+        ]
+    return [
+        f"if [ \"$status\" -eq {EXIT_STOPPED} ]; then",
+        '    echo "stopped with a checkpoint in $RESULTS (submit with --requeue to continue by itself)" >&2',
+        "fi",
+    ]
+
+
+def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int, train_args=(),
+                  sif: str | None = None, container_image: str | None = None, data_dir: str | None = None,
+                  time: str = "01:00:00", partition: str | None = None, account: str | None = None,
+                  job_name: str | None = None, cpus_per_task: int = 8, tasks_per_node: int | None = None,
+                  signal_grace: int = DEFAULT_SIGNAL_GRACE, requeue: bool = False) -> str:
+    """The text of an sbatch script; submit it from the repository root with `sbatch FILE`."""
+    job_name = f"tf-recipes-{recipe}" if job_name is None else job_name
+    check_sbatch_fields(time=time, job_name=job_name, partition=partition, account=account,
+                        signal_grace=signal_grace)
+    _check_request(launcher, nodes=nodes, gpus_per_node=gpus_per_node, sif=sif, container_image=container_image,
+                   data_dir=data_dir)
+    directives = _directives(launcher, job_name=job_name, nodes=nodes, gpus_per_node=gpus_per_node,
+                             tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, time=time,
+                             signal_grace=signal_grace, partition=partition, account=account, requeue=requeue)
+    command = _srun_command(recipe, launcher, train_args, gpus_per_node=gpus_per_node, sif=sif,
+                            container_image=container_image, data_dir=data_dir)
     lines = ["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
         "",
         f"# {recipe} with --launcher {launcher} on {nodes} node(s) x {gpus_per_node} GPU(s).",
@@ -120,7 +157,7 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         f'RESULTS="$PWD/results/{recipe}/slurm-${{SLURM_JOB_ID}}"',
         'mkdir -p "$RESULTS"',
     ]
-    if not inside:
+    if not (sif or container_image):
         lines.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"')
     if launcher == "multiworker":
         lines.append("# Each task is one worker; SlurmClusterResolver builds the cluster from SLURM_* and")
@@ -131,20 +168,8 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         "# --kill-on-bad-exit=1: when one task fails, srun ends the others instead of leaving them waiting.",
         "status=0",
         f"{command} || status=$?",
+        *_on_stop(requeue),
+        'exit "$status"',
+        "",
     ]
-    if requeue:
-        lines += [
-            f"if [ \"$status\" -eq {STOP_EXIT_STATUS} ]; then",
-            "    # Stopped on a signal with a checkpoint: back into the queue, same job id and results folder.",
-            '    echo "stopped with a checkpoint in $RESULTS; requeueing job $SLURM_JOB_ID" >&2',
-            '    scontrol requeue "$SLURM_JOB_ID"',
-            "fi",
-        ]
-    else:
-        lines += [
-            f"if [ \"$status\" -eq {STOP_EXIT_STATUS} ]; then",
-            '    echo "stopped with a checkpoint in $RESULTS (submit with --requeue to continue by itself)" >&2',
-            "fi",
-        ]
-    lines += ['exit "$status"', ""]
     return "\n".join(lines)

@@ -9,8 +9,9 @@ import argparse
 import os
 import sys
 
-LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
-COLLECTIVES = ("auto", "ring", "nccl")
+from common import contract
+from common.contract import COLLECTIVES, LAUNCHERS
+from common.stopping import peer_error_summary
 
 
 def _whole_number(text: str, minimum: int, rule: str) -> int:
@@ -108,34 +109,36 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     return parser
 
 
+def is_peer_error(error: BaseException) -> bool:
+    """A TensorFlow error that a collective raises when a peer died or froze."""
+    return any(kind.__name__ in contract.PEER_ERRORS and kind.__module__.startswith("tensorflow")
+               for kind in type(error).__mro__)
+
+
 def run_main(main) -> None:
     """Run a recipe's main(); user mistakes end with one line on stderr, not a traceback.
 
-    Exit statuses (see common/stopping.py): 0 done, 2 user mistake or bad data, 3 replicas out of
-    sync, 4 cluster did not form or a peer was lost, 143 stopped on a signal with a checkpoint."""
-    from common.data import DataError
-    from common.launchers import Launcher, LauncherError
-    from common.results import DesyncError
-    from common.stopping import CLUSTER_EXIT_STATUS, STOP_EXIT_STATUS, ClusterError, StopRequested, peer_error_summary
-    from common.training import ResumeError
-
+    The exit statuses are common.contract's EXIT_*: 0 done, 2 user mistake or bad data, 3 replicas
+    out of sync, 4 cluster did not form or a peer was lost, 143 stopped on a signal with a checkpoint."""
     try:
         main()
-    except (DataError, LauncherError, ResumeError, FileExistsError, FileNotFoundError, FloatingPointError) as error:
+    except (contract.UserError, FileExistsError, FileNotFoundError, FloatingPointError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    except DesyncError as error:
+        sys.exit(contract.EXIT_USER_ERROR)
+    except contract.DesyncError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(3)
-    except StopRequested as stop:
+        sys.exit(contract.EXIT_DESYNC)
+    except contract.StopRequested as stop:
         print(str(stop), file=sys.stderr, flush=True)
-        sys.exit(STOP_EXIT_STATUS)
-    except (ClusterError, *Launcher.peer_errors) as error:
-        message = str(error) if isinstance(error, ClusterError) else (
+        sys.exit(contract.EXIT_STOPPED)
+    except Exception as error:
+        if not isinstance(error, contract.ClusterError) and not is_peer_error(error):
+            raise
+        message = str(error) if isinstance(error, contract.ClusterError) else (
             f"lost contact with the other workers ({type(error).__name__}: {peer_error_summary(error)}); "
             "continue from the last checkpoint with --resume")
         print(f"error: {message}", file=sys.stderr, flush=True)
         # Not sys.exit: TensorFlow's shutdown can wait on the lost peer for minutes.
-        os._exit(CLUSTER_EXIT_STATUS)
+        os._exit(contract.EXIT_CLUSTER)
     except KeyboardInterrupt:
         sys.exit(130)

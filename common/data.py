@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.contract import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """Bad or missing data, with a message that says what to do."""
 
 

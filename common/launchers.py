@@ -28,13 +28,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from common.cli import COLLECTIVES, LAUNCHERS
+from common.contract import COLLECTIVES, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS, ClusterError, UserError
 from common.data import InputShard, eval_share
-from common.stopping import ClusterError
 
 
 
-class LauncherError(RuntimeError):
+class LauncherError(UserError, RuntimeError):
     """A launcher cannot start as configured; the message says what to change."""
 
 
@@ -120,8 +119,7 @@ class Launcher:
         return np.asarray(values, np.float64)
 
     # Errors a collective raises when a peer died or froze; the training loop reports them as such.
-    peer_errors: tuple = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                          tf.errors.AbortedError, tf.errors.CancelledError)
+    peer_errors: tuple = tuple(getattr(tf.errors, name) for name in PEER_ERRORS)
 
     def local_fingerprints(self, variables) -> list[str]:
         per_replica = zip(*[_components(v) for v in variables])
@@ -356,9 +354,10 @@ class HorovodLauncher(Launcher):
         if gpus:  # Horovod: pin one GPU per process, chosen by local rank.
             tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
             _allow_gpu_memory_growth()
-        from horovod.common.exceptions import HorovodInternalError
+        from horovod.common import exceptions as horovod_exceptions
         # Horovod: a rank failed or froze (Gloo's timeout); the ops then raise "Horovod has been shut down".
-        self.peer_errors = Launcher.peer_errors + (HorovodInternalError, tf.errors.UnknownError)
+        self.peer_errors = Launcher.peer_errors + tuple(
+            getattr(horovod_exceptions, name, None) or getattr(tf.errors, name) for name in HOROVOD_PEER_ERRORS)
         self.num_workers = self.num_replicas = hvd.size()
         self.worker_index = hvd.rank()
         self.num_nodes = hvd.cross_size()

@@ -2,14 +2,14 @@
 
 Each benchmark runs every pipeline in a process of its own, so that the process's peak resident
 memory is the pipeline's, and alternates the pipelines over rounds. A run is
-{"epochs": [{"images_per_s": ..., "cpu_ms_per_image": ..., "seconds": ..., "first_batch_s": ...}, ...],
+{"epochs": [{"images_per_sec": ..., "cpu_ms_per_image": ..., "seconds": ..., "first_batch_s": ...}, ...],
  "memory": {...}}: the first epoch (which builds the pipeline, and any cache) and the later ones.
 """
 from __future__ import annotations
 
 import statistics
 
-EPOCH_FIGURES = ("images_per_s", "cpu_ms_per_image", "seconds", "first_batch_s")
+EPOCH_FIGURES = ("images_per_sec", "cpu_ms_per_image", "seconds", "first_batch_s")
 
 
 def memory_mb() -> dict:
@@ -53,7 +53,7 @@ def ratios_within_rounds(ours: list[dict], seed: list[dict]) -> dict:
         values = [pick(o) / pick(s) for o, s in zip(ours, seed)]
         return {"median": round(statistics.median(values), 2), "min": round(min(values), 2)}
 
-    result = {"first_epoch": ratio(lambda run: run["epochs"][0]["images_per_s"])}
+    result = {"first_epoch": ratio(lambda run: run["epochs"][0]["images_per_sec"])}
     if len(ours[0]["epochs"]) > 1:
-        result["later_epochs"] = ratio(lambda run: statistics.median(e["images_per_s"] for e in run["epochs"][1:]))
+        result["later_epochs"] = ratio(lambda run: statistics.median(e["images_per_sec"] for e in run["epochs"][1:]))
     return result

@@ -8,9 +8,7 @@ import tempfile
 
 import numpy as np
 
-
-class DesyncError(RuntimeError):
-    """Replicas finished training with different weights."""
+from common.contract import DesyncError
 
 
 def check_in_sync(fingerprints: list[str]) -> None:

@@ -24,7 +24,8 @@ import subprocess
 import sys
 import time
 
-from common.stopping import STOP_EXIT_STATUS, forwarding_stop_signals
+from common.contract import EXIT_STOPPED
+from common.stopping import forwarding_stop_signals
 
 
 def build_tf_config(addresses: list[str], index: int) -> str:
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
                 time.sleep(0.2)
         except KeyboardInterrupt:
             code = 130
-        if code == STOP_EXIT_STATUS:  # a coordinated stop: the others are leaving on their own
+        if code == EXIT_STOPPED:  # a coordinated stop: the others are leaving on their own
             deadline = time.monotonic() + 30
             while any(worker.poll() is None for worker in workers) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
                 worker.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 worker.kill()
-    if code == STOP_EXIT_STATUS:
+    if code == EXIT_STOPPED:
         print(f"spawn: the workers stopped on a signal (status {code}); continue with --resume", file=sys.stderr)
     elif code:
         print(f"spawn: a worker exited with status {code}; stopped the others", file=sys.stderr)

@@ -4,18 +4,10 @@ Schedulers stop jobs all the time: a SLURM time limit or preemption (`#SBATCH --
 early warning), `scancel`, a Kubernetes eviction or `docker stop` (SIGTERM, then SIGKILL after a
 grace period). A training process that gets SIGTERM or SIGUSR1 only raises a flag here; the training
 loop all-reduces that flag with the step's outputs, so every process of the job stops after the
-*same* step, the chief checkpoints it, all of them meet at a barrier and exit with STOP_EXIT_STATUS.
+*same* step, the chief checkpoints it, all of them meet at a barrier and exit with EXIT_STOPPED (143).
 `--resume` then continues exactly where the job stopped.
 
-Exit statuses of every train.py:
-    0    finished; results.json written
-    2    a user mistake or bad data; nothing written (one line on stderr says what to change)
-    3    the replicas finished with different weights (the desync guard); no results.json
-    4    the cluster did not form, or a peer was lost mid-run (infrastructure: retry)
-    143  stopped by SIGTERM/SIGUSR1 with a checkpoint of the stop step (retry with --resume)
-
-143 is 128 + SIGTERM, what a stopped process conventionally reports, and inside the range
-(128-255) that Kubeflow's `restartPolicy: ExitCode` treats as retryable.
+The exit statuses of every train.py, and the errors behind them, are in common/contract.py.
 """
 from __future__ import annotations
 
@@ -25,36 +17,24 @@ import re
 import signal
 import sys
 
+from common.contract import EXIT_STOPPED, STOPPED_FILE
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-STOP_EXIT_STATUS = 143
-CLUSTER_EXIT_STATUS = 4
 
 
 def stopped_marker(results_dir: str) -> str:
     """The file the chief writes when the job stopped on a signal: {"step", "total_steps", "signal"}."""
-    return os.path.join(results_dir, "stopped.json")
+    return os.path.join(results_dir, STOPPED_FILE)
 
 
 def job_status(status: int, results_dir: str, since: float) -> int:
     """The status to report for a job that a launcher (horovodrun, mpirun) ended with `status`:
-    STOP_EXIT_STATUS when the training processes stopped on a signal after `since` (a time.time()),
+    EXIT_STOPPED when the training processes stopped on a signal after `since` (a time.time()),
     whatever status the launcher itself chose, else `status`."""
     marker = stopped_marker(results_dir)
     if status and os.path.exists(marker) and os.path.getmtime(marker) >= since:
-        return STOP_EXIT_STATUS
+        return EXIT_STOPPED
     return status
-
-
-class StopRequested(Exception):
-    """The job stopped on a signal after checkpointing `step`; the process should exit with 143."""
-
-    def __init__(self, message: str, step: int):
-        super().__init__(message)
-        self.step = step
-
-
-class ClusterError(RuntimeError):
-    """The cluster did not form, or a peer was lost; the message names who and what to check."""
 
 
 def peer_error_summary(error: Exception) -> str:

@@ -29,10 +29,11 @@ import tensorflow as tf
 from common.data import DataError, steps_per_epoch
 from common.launchers import Launcher
 from common.results import check_in_sync, throughput, versions, write_json
-from common.stopping import ClusterError, StopFlag, StopRequested, peer_error_summary, stopped_marker
+from common.contract import FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, ClusterError, StopRequested, UserError
+from common.stopping import StopFlag, peer_error_summary, stopped_marker
 
 
-class ResumeError(ValueError):
+class ResumeError(UserError, ValueError):
     """--resume cannot continue the checkpointed run exactly; the message names what differs."""
 
 
@@ -436,8 +437,8 @@ class Trainer:
         if not self.launcher.is_chief:
             self.launcher.barrier()
             return None
-        path = os.path.join(self.results_dir, "results.json")
-        self.model.save_weights(os.path.join(self.results_dir, "final.weights.h5"))
+        path = os.path.join(self.results_dir, RESULTS_FILE)
+        self.model.save_weights(os.path.join(self.results_dir, FINAL_WEIGHTS_FILE))
         results = {
             "recipe": self.recipe,
             "launcher": self.launcher.name,
@@ -460,6 +461,9 @@ class Trainer:
             "command": sys.argv,
             **(extra or {}),
         }
+        missing = RESULT_FIELDS - results.keys()
+        if missing:  # a recipe that passes no final_metrics, say: the nightly and bench read every field
+            raise RuntimeError(f"results.json would lack {', '.join(sorted(missing))} (common.contract.RESULT_FIELDS)")
         write_json(path, results)
         for writer in self._writers.values():
             writer.flush()

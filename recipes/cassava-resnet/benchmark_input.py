@@ -68,7 +68,7 @@ class EpochClock:
 
     def result(self) -> dict:
         wall, cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
-        return {"images": self.images, "seconds": round(wall, 3), "images_per_s": round(self.images / wall, 1),
+        return {"images": self.images, "seconds": round(wall, 3), "images_per_sec": round(self.images / wall, 1),
                 "cpu_ms_per_image": round(1e3 * cpu / self.images, 3), "first_batch_s": round(self.first, 3)}
 
 
@@ -139,7 +139,7 @@ def benchmark_pipelines(data_dir: str, args) -> dict:
         for name in order:
             runs[name].append(run_child(name, data_dir, args))
         print(f"round {round_index + 1}/{args.rounds}: " + "  ".join(
-            f"{name} " + " / ".join(f"{epoch['images_per_s']:,.0f}" for epoch in runs[name][-1]["epochs"])
+            f"{name} " + " / ".join(f"{epoch['images_per_sec']:,.0f}" for epoch in runs[name][-1]["epochs"])
             + " img/s" for name in PIPELINES), flush=True)
     summary = {name: summarise_epochs(values) | {"bytes_per_image_to_device": values[0]["bytes_per_image_to_device"]}
                for name, values in runs.items()}
@@ -218,7 +218,7 @@ def table(report: dict) -> str:
         lines.append(f"  {title}:")
         for name in PIPELINES:
             run = summary[name][key]
-            lines.append(f"    {labels[name]:<42}{run['images_per_s']:>9,.0f}{run['cpu_ms_per_image']:>12.2f}"
+            lines.append(f"    {labels[name]:<42}{run['images_per_sec']:>9,.0f}{run['cpu_ms_per_image']:>12.2f}"
                          f"{run['first_batch_s']:>13.2f}")
         lines.append(f"    ours / seed, within each round: {ratio[key]['median']:.2f}x (lowest {ratio[key]['min']:.2f}x)")
     lines += ["  memory (MB):            peak RSS  above start  at end: anonymous  file pages (shared)  bytes/image to device"]

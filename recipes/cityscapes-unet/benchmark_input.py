@@ -63,7 +63,7 @@ def measure(dataset: tf.data.Dataset) -> dict:
     count, wall, cpu = 0, time.perf_counter(), time.process_time()
     for element in iterator:
         count += int(tf.nest.flatten(element)[0].shape[0])  # examples = leading dimension of batches
-    return {"images_per_s": count / (time.perf_counter() - wall),
+    return {"images_per_sec": count / (time.perf_counter() - wall),
             "cpu_ms_per_image": 1000 * (time.process_time() - cpu) / count, "count": count}
 
 
@@ -180,7 +180,7 @@ def run_child(prepared: pathlib.Path, name: str, per_replica_batch: int, epochs:
         now, now_cpu = time.perf_counter(), time.process_time()
         images = steps * batch
         results.append({"images": images, "seconds": round(now - wall, 3),
-                        "images_per_s": round(images / (now - wall), 2),
+                        "images_per_sec": round(images / (now - wall), 2),
                         "cpu_ms_per_image": round(1000 * (now_cpu - cpu) / images, 1), "first_batch_s": round(first, 3)})
         wall, cpu = now, now_cpu
     return {"epochs": results, "memory": memory_since(start)}
@@ -264,10 +264,10 @@ def run(prepared: pathlib.Path, work: pathlib.Path, per_replica_batch: int, epoc
         for name in (children if round_number % 2 == 0 else children[::-1]):  # none always goes first
             child_runs[name].append(child_process(prepared, name, per_replica_batch, epochs))
         print(f"round {round_number + 1}/{rounds} done: " + "  ".join(
-            f"{name} " + "/".join(f"{e['images_per_s']:.1f}" for e in values[-1]["epochs"])
+            f"{name} " + "/".join(f"{e['images_per_sec']:.1f}" for e in values[-1]["epochs"])
             for name, values in child_runs.items()) + " img/s by epoch", flush=True)
     counts = {name: values[0]["count"] for name, values in runs.items()}
-    median = {name: statistics.median(run["images_per_s"] for run in values) for name, values in runs.items()}
+    median = {name: statistics.median(run["images_per_sec"] for run in values) for name, values in runs.items()}
     cpu = {name: statistics.median(run["cpu_ms_per_image"] for run in values) for name, values in runs.items()}
 
     # A worker's time is its examples over its rate; the 2-worker job lasts as long as the slower one.
@@ -276,7 +276,7 @@ def run(prepared: pathlib.Path, work: pathlib.Path, per_replica_batch: int, epoc
         seconds = max(counts[name] / median[name] for name in names)
         examples = sum(counts[name] for name in names)
         cpu_seconds = sum(counts[name] * cpu[name] / 1000 for name in names)
-        return {"seconds": seconds, "images_per_s": examples / seconds, "cpu_seconds": cpu_seconds,
+        return {"seconds": seconds, "images_per_sec": examples / seconds, "cpu_seconds": cpu_seconds,
                 "cpu_ms_per_image": 1000 * cpu_seconds / examples}
     early, late = job("early"), job("late")
     bytes_per_example = {
@@ -298,7 +298,7 @@ def run(prepared: pathlib.Path, work: pathlib.Path, per_replica_batch: int, epoc
                     "python": platform.python_version(), "tensorflow": tf.__version__},
         "config": {"pairs": pairs, "size": [height, width], "per_replica_batch": per_replica_batch,
                    "global_batch": global_batch, "steps": total_steps, "epochs": epochs, "rounds": rounds},
-        "variants": {name: {"images_per_s": median[name], "cpu_ms_per_image": cpu[name],
+        "variants": {name: {"images_per_sec": median[name], "cpu_ms_per_image": cpu[name],
                             "examples": counts[name], "rounds": runs[name]} for name in variants},
         "two_workers": {"early": early, "late": late},
         "bytes_per_example": bytes_per_example,
@@ -320,16 +320,16 @@ def table(result: dict) -> str:
     config, machine, sizes = result["config"], result["machine"], result["bytes_per_example"]
 
     def row(label, name, note=""):
-        return label, variants[name]["images_per_s"], variants[name]["cpu_ms_per_image"], note
+        return label, variants[name]["images_per_sec"], variants[name]["cpu_ms_per_image"], note
     rows = [
         row("raw decode: read + decode_png, image + categories", "raw_decode_image_and_categories"),
         row("raw decode: image only", "raw_decode_image_only"),
         row("ours: make_train_dataset, 1 pipeline", "ours_1_pipeline",
             f"{ratios['ours_vs_raw_decode']:.2f} x raw decode (goal >= 0.8); "
             f"{ratios['ours_vs_raw_decode_by_cpu']:.2f} by CPU"),
-        ("2 workers, early sharding: job", jobs["early"]["images_per_s"], jobs["early"]["cpu_ms_per_image"],
+        ("2 workers, early sharding: job", jobs["early"]["images_per_sec"], jobs["early"]["cpu_ms_per_image"],
          f"{jobs['early']['seconds']:.2f} s, the slower worker"),
-        ("2 workers, late sharding: job", jobs["late"]["images_per_s"], jobs["late"]["cpu_ms_per_image"],
+        ("2 workers, late sharding: job", jobs["late"]["images_per_sec"], jobs["late"]["cpu_ms_per_image"],
          f"{jobs['late']['seconds']:.2f} s = {ratios['late_vs_early_job_time']:.2f} x early "
          f"({ratios['late_vs_early_cpu']:.2f} x the CPU)"),
         row("format: PNG files (= raw decode above)", "raw_decode_image_and_categories",
@@ -354,9 +354,9 @@ def table(result: dict) -> str:
                   f"{'pipeline':<28}{'1st epoch img/s':>16}{'CPU ms/img':>12}{'1st batch s':>13}"
                   f"{'later img/s':>13}{'CPU ms/img':>12}{'peak RSS MB':>13}"]
         for name, summary in children.items():
-            first, later = summary["first_epoch"], summary["later_epochs"] or {"images_per_s": 0, "cpu_ms_per_image": 0}
-            lines.append(f"{names[name]:<28}{first['images_per_s']:>16.1f}{first['cpu_ms_per_image']:>12.1f}"
-                         f"{first['first_batch_s']:>13.2f}{later['images_per_s']:>13.1f}{later['cpu_ms_per_image']:>12.1f}"
+            first, later = summary["first_epoch"], summary["later_epochs"] or {"images_per_sec": 0, "cpu_ms_per_image": 0}
+            lines.append(f"{names[name]:<28}{first['images_per_sec']:>16.1f}{first['cpu_ms_per_image']:>12.1f}"
+                         f"{first['first_batch_s']:>13.2f}{later['images_per_sec']:>13.1f}{later['cpu_ms_per_image']:>12.1f}"
                          f"{summary['memory']['peak_rss_mb']:>13,.0f}")
         for key, label in (("1_worker", "1 worker"), ("worker_0_of_2", "worker 0 of 2")):
             ratio = ratios["ours_vs_seed_loader"].get(key)

@@ -1,0 +1,12 @@
+"""How the recipes are proven.
+
+- `setup.sh`, `test.sh`, `docker-engine.sh`, `slurm-cluster.sh`, `measure-image.sh`: set up a machine
+  and run the test suite (`bash ci/test.sh --fast` for the unit tier, `bash ci/test.sh` for all).
+- `ci.nightly`: the nightly container CI (`invoke nightly`): the matrix, its planning, the runner, the
+  report and the issue filer.
+- `ci.bench`: the benchmarks (`invoke bench`, the host-overhead benchmark); their kept reports are in
+  docs/bench/.
+
+Unlike commands/, these run processes and write files; the pure parts are named (`matrix`, `plan`,
+`report`'s renderers) and unit-tested on their own.
+"""

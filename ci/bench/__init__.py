@@ -1,0 +1,11 @@
+"""The benchmarks, and where their kept reports go (docs/bench/).
+
+- `plan.py`: pure: which runs `invoke bench` makes (launchers x replica counts x rounds);
+- `runner.py`: runs them, each a real training run, and the recipe's input benchmark;
+- `report.py`: pure: medians, efficiency, bench.md and bench.json; and the bench.png plot;
+- `host_overhead.py`: the training loop's host overhead against a bare tf.function loop
+  (`python -m ci.bench.host_overhead`).
+
+The recipes' input-pipeline benchmarks stay in their folders (`recipes/*/benchmark_input.py`) and
+share common/pipeline_bench.py.
+"""

@@ -1,0 +1,411 @@
+"""`invoke nightly`: build what the tier needs, run every cell and README command for real, check
+them, judge speed against the history, and write the report (ci/nightly/report.py).
+
+Every cell is a real `invoke run` in its own process group, within its time limit. A failed
+attempt whose output shows an infrastructure error (ci.nightly.matrix.INFRASTRUCTURE_ERRORS) is
+run once more; a wrong result never is.
+"""
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from ci.nightly import matrix as nightly
+from ci.nightly import report as nightly_report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INVOKE = (sys.executable, "-m", "invoke")
+SLIM_BASE = "python:3.11-slim-bookworm"
+
+
+def say(message: str) -> None:
+    print(f"[nightly] {message}", flush=True)
+
+
+# -- running a command within a time limit -------------------------------------------------------
+
+def run_logged(argv, log_path: str, time_limit: float, env: dict | None = None, shell: bool = False) -> tuple[int | None, str]:
+    """Run in its own process group with output to `log_path`; (status or None on timeout, output).
+
+    On the time limit: SIGTERM to the group (a training job checkpoints and stops), SIGKILL 60 s later."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "w") as log:
+        log.write(f"$ {argv if shell else nightly.quote(argv)}\n")
+        log.flush()
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, shell=shell,
+                                   executable="/bin/bash" if shell else None, start_new_session=True,
+                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
+        try:
+            status = process.wait(timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            status = None
+            for signum, grace in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+                try:
+                    os.killpg(process.pid, signum)
+                    process.wait(timeout=grace)
+                    break
+                except ProcessLookupError:
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            log.write(f"\n[nightly] time limit of {time_limit:.0f} s reached; stopped\n")
+    with open(log_path, errors="replace") as log:
+        return status, log.read()
+
+
+def with_one_retry(attempt) -> tuple[int | None, str, int, str | None]:
+    """`attempt()` -> (status, output); once more only if it failed with an infrastructure error.
+    Returns status, output, attempts and the infrastructure error that caused a retry."""
+    status, output = attempt()
+    if status not in (0, None):
+        cause = nightly.infrastructure_error(output)
+        if cause:
+            say(f"  infrastructure error ({cause}); retrying once")
+            status, output = attempt()
+            return status, output, 2, cause
+    return status, output, 1, None
+
+
+# -- what this machine has ---------------------------------------------------------------------
+
+def gpu_count() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in listing.stdout.splitlines()) if listing.returncode == 0 else 0
+
+
+def image_here(images: dict, image: str) -> bool:
+    return subprocess.run([images["docker"], "image", "inspect", image], capture_output=True).returncode == 0
+
+
+def image_here_or_pulled(images: dict, image: str) -> bool:
+    return image_here(images, image) or subprocess.run(
+        [images["docker"], "pull", "-q", image], capture_output=True).returncode == 0
+
+
+def memlock_allowed(images: dict) -> bool:
+    """NVIDIA's `--ulimit memlock=-1`, unless the host refuses to raise it (some sandboxes)."""
+    image = next((i for i in (images["cpu_base"], images["debian_base"], SLIM_BASE) if image_here(images, i)), None)
+    if image is None:
+        return True
+    return subprocess.run([images["docker"], "run", "--rm", "--ulimit", "memlock=-1", image, "true"],
+                          capture_output=True).returncode == 0
+
+
+def machine_facts(cells, images: dict, docker_answers: bool) -> dict:
+    """What the night can use here. `images`: the configured image names (`invoke run`'s settings:
+    ngc_base, cpu_base, debian_base) and the docker client."""
+    facts = {"docker": docker_answers, "apptainer": shutil.which("apptainer") is not None, "gpus": gpu_count()}
+    wants_ngc = any(c.base == "ngc" and c.gpus <= facts["gpus"] for c in cells)
+    facts["ngc"] = bool(wants_ngc and facts["docker"] and image_here_or_pulled(images, images["ngc_base"]))
+    facts["memlock"] = memlock_allowed(images) if facts["docker"] else True
+    return facts
+
+
+# -- images and data ---------------------------------------------------------------------------
+
+def cpu_base_choice(images: dict) -> str:
+    """debian when the debootstrap base is here; else slim when python:3.11-slim-bookworm can be
+    pulled (a GitHub runner); else debian, made by `invoke images.bootstrap` first."""
+    if image_here(images, images["debian_base"]):
+        return "debian"
+    return "slim" if image_here_or_pulled(images, SLIM_BASE) else "bootstrap"
+
+
+def build_steps(cells, facts: dict, images: dict) -> list[tuple[str, list[str]]]:
+    """(name, invoke arguments) of every image the runnable cells need, in order."""
+    runnable = [c for c in cells if not nightly.not_runnable(c, facts)]
+    steps = []
+    if any(c.base == "cpu" and c.runtime in ("docker", "apptainer") for c in runnable):
+        choice = cpu_base_choice(images)
+        if choice == "bootstrap":
+            steps.append(("Debian base (debootstrap)", ["images.bootstrap"]))
+        steps.append((f"CPU base on {'slim' if choice == 'slim' else 'debian'}",
+                      ["images.cpu", "--base", "slim" if choice == "slim" else "debian"]))
+    for recipe, base, runtime in dict.fromkeys((c.recipe, c.base, c.runtime) for c in runnable if c.runtime != "local"):
+        steps.append((f"{recipe}:{base} ({runtime})", ["build", recipe, "--base", base, "--runtime", runtime]))
+    return steps
+
+
+def build_images(cells, facts: dict, images: dict, out: str) -> dict[str, str]:
+    """Build every image the runnable cells need; {build step: why it failed} for those that failed."""
+    failed = {}
+    for name, args in build_steps(cells, facts, images):
+        say(f"building {name}")
+        log = os.path.join(out, "build", re.sub(r"[^\w.-]+", "-", name).strip("-") + ".log")
+        status, _, _, _ = with_one_retry(lambda: run_logged([*INVOKE, *args], log, 3600))
+        if status != 0:
+            failed[name] = f"building {name} failed (status {status}); see {os.path.relpath(log, out)}"
+            say(failed[name])
+    return failed
+
+
+def prepare_data(matrix, recipe: str, work: str, log_dir: str) -> tuple[str | None, str | None]:
+    """Run the recipe's data steps once (host Python); (data dir or None, error or None)."""
+    steps = matrix.recipes[recipe].get("data") or []
+    if not steps:
+        return None, None
+    data = os.path.join(work, "data")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    for index, step in enumerate(steps):
+        argv = [sys.executable if word == "python" else word.format(data=data, work=work) for word in step]
+        status, output = run_logged(argv, os.path.join(log_dir, f"data-{recipe}-{index}.log"), 900)
+        if status != 0:
+            return None, f"preparing its data failed: {nightly.quote(argv)} (status {status})"
+    return data, None
+
+
+# -- one cell ----------------------------------------------------------------------------------
+
+def load_weights(path: str) -> dict:
+    import h5py
+
+    arrays = {}
+    with h5py.File(path) as handle:
+        handle.visititems(lambda name, item: arrays.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+def read_results(results_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(results_dir, "results.json")) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def remove_containers(cell, results_dir: str) -> None:
+    """Containers a stopped cell may have left (named tf-recipes-RECIPE-RUN-PID by invoke run)."""
+    prefix = f"tf-recipes-{cell.recipe}-{os.path.basename(results_dir)}"
+    names = subprocess.run(["docker", "ps", "-aq", "--filter", f"name={prefix}"], capture_output=True, text=True)
+    for container in names.stdout.split():
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+
+
+def cell_entry(cell, command: list[str], **fields) -> dict:
+    """A cell's line in the report, before its checks."""
+    return {"id": cell.id, "kind": "cell", "recipe": cell.recipe, "launcher": cell.launcher, "runtime": cell.runtime,
+            "base": cell.base, "tier": cell.tier, "replicas": cell.replicas, "command": command, "attempts": 0,
+            "images_per_sec": None, "ratio": None, "change": None, "problems": [], **fields}
+
+
+def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
+    folder = os.path.join(out, "cells", cell.id.replace("/", "-"))
+    results_dir = os.path.join(folder, "results")
+    argv = nightly.cell_command(cell, results_dir, data_dir, INVOKE)
+
+    def attempt():
+        shutil.rmtree(results_dir, ignore_errors=True)
+        started = time.time()
+        status, output = run_logged(argv, os.path.join(folder, "log.txt"), cell.time_limit, env)
+        if status is None and cell.runtime == "docker":
+            remove_containers(cell, results_dir)
+        attempt.seconds = time.time() - started
+        return status, output
+
+    status, output, attempts, cause = with_one_retry(attempt)
+    entry = cell_entry(cell, nightly.cell_command(cell, results_dir, data_dir, ("invoke",)), attempts=attempts,
+                       retried_for=cause, duration_s=round(attempt.seconds, 1),
+                       log=os.path.relpath(os.path.join(folder, "log.txt"), out))
+    if status is None:
+        entry["problems"].append(f"did not finish within its time limit of {cell.time_limit:.0f} s")
+    elif status != 0:
+        said = [line.split("error: ", 1)[1] for line in output.splitlines() if "error: " in line][-1:]
+        entry["problems"].append(f"exit status {status}" + (f": {said[0]}" if said else ""))
+    else:
+        results = read_results(results_dir)
+        entry["problems"] += nightly.check_results(cell, results)
+        if results:
+            entry["images_per_sec"] = results.get("images_per_sec")
+        entry["_results"], entry["_results_dir"] = results, results_dir
+    return entry
+
+
+def add_parity(entries: dict) -> None:
+    """Each passing cell against its recipe's reference cell (which must itself have passed)."""
+    for entry in entries.values():
+        cell = entry["_cell"]
+        if cell.is_reference or entry["problems"] or not cell.parity:
+            continue
+        reference = entries.get(cell.reference_id)
+        if reference is None or reference["problems"] or reference["status"] == "not-run":
+            entry["problems"].append(f"no parity check: the reference cell {cell.reference_id} did not pass")
+            continue
+        weights = os.path.join(entry["_results_dir"], "final.weights.h5")
+        reference_weights = os.path.join(reference["_results_dir"], "final.weights.h5")
+        try:
+            mine, theirs = load_weights(weights), load_weights(reference_weights)
+        except OSError as error:
+            entry["problems"].append(f"cannot read final weights for the parity check: {error}")
+            continue
+        entry["problems"] += nightly.check_parity(entry["_results"], mine, reference["_results"], theirs)
+        entry["parity_with"] = cell.reference_id
+
+
+# -- README commands ---------------------------------------------------------------------------
+
+def run_readme(command, out: str, index: int) -> dict:
+    entry = {"id": command.id, "kind": "readme", "file": command.file, "attempts": 0, "problems": [],
+             "log": os.path.join("readme", f"{index}.log"), "duration_s": 0.0}
+    try:
+        with open(os.path.join(ROOT, command.file)) as handle:
+            line = nightly.find_readme_line(list(nightly.shell_lines(handle.read())), command)
+    except (OSError, nightly.MatrixError) as error:
+        entry.update(command="", problems=[str(error)])
+        return entry
+    entry["command"] = line
+    # As a user runs it after the README's setup: with the environment's `invoke` and `python` first on PATH.
+    venv = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    started = time.time()
+    status, output, attempts, cause = with_one_retry(
+        lambda: run_logged(line, os.path.join(out, entry["log"]), command.time_limit, shell=True, env=venv))
+    entry.update(attempts=attempts, retried_for=cause, duration_s=round(time.time() - started, 1))
+    if status is None:
+        entry["problems"].append(f"did not finish within {command.time_limit:.0f} s")
+    elif status != 0:
+        entry["problems"].append(f"exit status {status}")
+    return entry
+
+
+# -- the night ---------------------------------------------------------------------------------
+
+def read_history(folder: str | None) -> list[dict]:
+    nights = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))) if folder else []:
+        try:
+            with open(path) as handle:
+                night = json.load(handle)
+            if isinstance(night, dict) and isinstance(night.get("cells"), dict):
+                nights.append(night)
+                continue
+        except (OSError, ValueError):
+            pass
+        say(f"warning: {path} is not a night record; left out of the history")
+    return sorted(nights, key=lambda n: n.get("started", ""))
+
+
+def print_plan(matrix, cells, readme, out: str) -> None:
+    """--dry: every cell's command and the README commands, nothing run."""
+    for cell in cells:
+        data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
+        results = os.path.join(out, "cells", cell.id.replace("/", "-"), "results")
+        print(f"# {cell.id}\n+ {nightly.quote(nightly.cell_command(cell, results, data))}")
+    for command in readme:
+        print(f"# README command: the line of {command.file} that contains {command.match!r}")
+
+
+def prepare_all_data(matrix, cells, facts: dict, out: str) -> tuple[dict, dict]:
+    """Each runnable recipe's data steps, once: ({recipe: data dir}, {recipe: why it failed})."""
+    data_dirs, data_errors = {}, {}
+    for recipe in dict.fromkeys(c.recipe for c in cells if not nightly.not_runnable(c, facts)):
+        data_dirs[recipe], data_errors[recipe] = prepare_data(matrix, recipe, os.path.join(out, "work", recipe),
+                                                              os.path.join(out, "build"))
+    return data_dirs, data_errors
+
+
+def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dirs: dict, data_errors: dict) -> dict:
+    """{cell id: report entry} for every cell: run and checked, or why it was not run."""
+    env = {} if facts["memlock"] else {"INVOKE_TF_RECIPES_MEMLOCK": ""}
+    entries = {}
+    for index, cell in enumerate(cells, 1):
+        why = nightly.not_runnable(cell, facts)
+        broken = next((m for n, m in build_failed.items() if n.startswith(("CPU base", "Debian base"))
+                       or n.startswith(f"{cell.recipe}:{cell.base}")), None) or data_errors.get(cell.recipe)
+        if why:
+            data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
+            entry = cell_entry(cell, nightly.cell_command(cell, "RESULTS", data, ("invoke",)),
+                               status="not-run", reason=why)
+        elif broken:
+            entry = cell_entry(cell, [], problems=[broken])
+        else:
+            say(f"{index}/{len(cells)} {cell.id}")
+            entry = run_cell(cell, out, data_dirs.get(cell.recipe), env)
+            rate = f", {entry['images_per_sec']:,.1f} img/s" if entry["images_per_sec"] else ""
+            say(f"  {'; '.join(entry['problems']) or 'finished'} ({entry['duration_s']:.0f} s{rate})")
+        entry["_cell"] = cell
+        entry.setdefault("status", "fail" if entry["problems"] else "pass")
+        entries[cell.id] = entry
+    return entries
+
+
+def judge(entries: dict, cells, nights: list[dict], tier: str, rule: dict) -> list[dict]:
+    """Speed against history, then each entry's final status; the regressions found."""
+    rates = {e["id"]: e.get("images_per_sec") for e in entries.values() if e["kind"] == "cell" and not e["problems"]}
+    tonight = nightly.ratios(rates, cells)
+    found = nightly.regressions(tonight, nights, tier, rule)
+    for regression in found:
+        entries[regression["cell"]]["problems"].append(nightly.regression_problem(regression, rule))
+    for entry in entries.values():
+        if entry.get("status") != "not-run":
+            entry["status"] = "fail" if entry["problems"] else "pass"
+            entry["reason"] = "; ".join(entry["problems"])
+        if entry["id"] in tonight:
+            entry["ratio"] = round(tonight[entry["id"]], 4)
+            change = nightly.change_against_history(entry["id"], tonight[entry["id"]], nights, tier, rule["window"])
+            entry["change"] = None if change is None else round(change, 4)
+        for key in [k for k in entry if k.startswith("_")]:
+            del entry[key]
+        entry.pop("problems", None)
+    return found
+
+
+def write_history(history: str, record: dict) -> None:
+    """Tonight's record in the history folder, named by its start time and tier."""
+    os.makedirs(history, exist_ok=True)
+    stamp = datetime.datetime.fromisoformat(record["started"]).strftime("%Y%m%dT%H%M%SZ")
+    with open(os.path.join(history, f"{stamp}-{record['tier']}.json"), "w") as handle:
+        json.dump(record, handle, indent=1)
+
+
+def run_night(matrix, tier: str, only: str | None, out: str, history: str | None, dry: bool,
+              command_line: str, images: dict, docker_answers: bool) -> int:
+    """The night: 0 when it is green, 1 when it is red. `images`: the configured image names and
+    docker client (the settings `invoke run` uses), `docker_answers`: whether an engine answers."""
+    cells, readme = nightly.plan_night(matrix, tier, only)
+    if dry:
+        print_plan(matrix, cells, readme, out)
+        return 0
+    facts = machine_facts(cells, images, docker_answers)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    shutil.rmtree(os.path.join(out, "cells"), ignore_errors=True)
+    shutil.rmtree(os.path.join(out, "readme"), ignore_errors=True)
+    os.makedirs(out, exist_ok=True)
+    say(f"tier {tier}: {len(cells)} cells, {len(readme)} README commands; docker {'yes' if facts['docker'] else 'no'}, "
+        f"apptainer {'yes' if facts['apptainer'] else 'no'}, GPUs {facts['gpus']}"
+        + ("" if facts["memlock"] else "; this host refuses --ulimit memlock=-1, so cells run without it"))
+
+    build_failed = build_images(cells, facts, images, out)
+    data_dirs, data_errors = prepare_all_data(matrix, cells, facts, out)
+    entries = run_cells(matrix, cells, facts, out, build_failed, data_dirs, data_errors)
+    add_parity(entries)
+    for index, command in enumerate(readme):
+        say(f"README: {command.match}")
+        entries[command.id] = run_readme(command, out, index)
+    nights = read_history(history)
+    found = judge(entries, cells, nights, tier, matrix.regression)
+
+    finished = datetime.datetime.now(datetime.timezone.utc)
+    report = nightly_report.build_report(
+        matrix, tier, entries, found, facts, started=started, finished=finished, command=command_line,
+        matrix_path=os.path.relpath(matrix.path, ROOT) if matrix.path.startswith(ROOT) else matrix.path)
+    record = nightly_report.history_record(report)
+    if history:
+        write_history(history, record)
+    nightly_report.write_all(report, [*nights, record], out)
+    counts = {s: sum(e["status"] == s for e in entries.values()) for s in ("pass", "fail", "not-run")}
+    say(f"{'green' if report['passed'] else 'RED'}: {counts['pass']} passed, {counts['fail']} failed, "
+        f"{counts['not-run']} not run here, in {report['duration_s']:.0f} s; report in {out}")
+    for entry in entries.values():
+        if entry["status"] == "fail":
+            say(f"FAILED {entry['id']}: {entry['reason']}")
+    return 0 if report["passed"] else 1

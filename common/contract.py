@@ -1,0 +1,80 @@
+"""The contract between a recipe's train.py and everything that starts it or reads what it wrote.
+
+One place for the names every part agrees on: the launchers and collectives a train.py accepts,
+where a job runs and on which image, the exit statuses and the errors that lead to each, and the
+fields every results.json holds. `invoke`, the builders in commands/, the nightly and the benchmarks
+read them from here; common/ raises and writes them.
+
+This module imports nothing, so anything may import it without an import loop and without
+loading TensorFlow.
+"""
+
+LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
+COLLECTIVES = ("auto", "ring", "nccl")  # multiworker all-reduce implementations
+HOROVOD_RUNNERS = ("horovodrun", "mpirun")  # what starts the Horovod processes
+RUNTIMES = ("local", "docker", "apptainer")  # where the processes run
+BASES = ("ngc", "cpu")  # image variants: NVIDIA's TensorFlow image, or images/cpu
+
+# -- exit statuses of every train.py ----------------------------------------------------------------
+EXIT_DONE = 0  # finished; results.json written
+EXIT_USER_ERROR = 2  # a user mistake or bad data; nothing written, one line on stderr says what to change
+EXIT_DESYNC = 3  # the replicas finished with different weights (the desync guard); no results.json
+EXIT_CLUSTER = 4  # the cluster did not form, or a peer was lost mid-run (infrastructure: retry)
+# Stopped by SIGTERM/SIGUSR1 with a checkpoint of the stop step (retry with --resume). 128 + SIGTERM:
+# what a stopped process conventionally reports, and inside the range (128-255) that Kubeflow's
+# `restartPolicy: ExitCode` treats as retryable.
+EXIT_STOPPED = 143
+EXIT_STATUSES = {
+    EXIT_DONE: "finished; results.json written",
+    EXIT_USER_ERROR: "a user mistake or bad data; nothing written",
+    EXIT_DESYNC: "the replicas finished with different weights; no results.json",
+    EXIT_CLUSTER: "the cluster did not form, or a peer was lost (retry)",
+    EXIT_STOPPED: "stopped on a signal with a checkpoint (retry with --resume)",
+}
+
+
+class UserError(Exception):
+    """A mistake the user can fix (a flag, a path, bad data): exit EXIT_USER_ERROR, one line."""
+
+
+class DesyncError(RuntimeError):
+    """Replicas finished training with different weights: exit EXIT_DESYNC."""
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not form, or a peer was lost; the message names who and what to check:
+    exit EXIT_CLUSTER."""
+
+
+class StopRequested(Exception):
+    """The job stopped on a signal after checkpointing `step`: exit EXIT_STOPPED."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+# TensorFlow errors (tf.errors.<name>) a collective raises when a peer died or froze: EXIT_CLUSTER.
+PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
+# Horovod's ranks also report a lost peer with these.
+HOROVOD_PEER_ERRORS = ("HorovodInternalError", "UnknownError")
+
+# -- results.json -------------------------------------------------------------------------------------
+# What every results.json holds (common.training.Trainer.save_results writes them; the nightly and
+# `invoke bench` read them).
+RESULT_FIELDS = frozenset({
+    "recipe", "launcher", "nodes", "replicas", "global_batch", "steps", "images_per_sec",
+    "images_per_sec_per_replica", "step_time_p50_ms", "step_time_p90_ms", "losses", "final_metrics",
+    "replica_fingerprints", "versions",
+})
+RESULTS_FILE = "results.json"
+FINAL_WEIGHTS_FILE = "final.weights.h5"
+STOPPED_FILE = "stopped.json"  # {"step", "total_steps", "signal"}: the job stopped on a signal
+
+# -- a Kubernetes Indexed Job's pods: what commands/k8s.py sets and common/indexed_job.py reads ---------
+INDEXED_JOB_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes
+INDEXED_JOB_WORKERS = "TF_RECIPES_WORKERS"
+INDEXED_JOB_HOST_PATTERN = "TF_RECIPES_WORKER_HOST_PATTERN"  # "{index}" stands for a worker's index
+INDEXED_JOB_PORT = "TF_RECIPES_WORKER_PORT"
+INDEXED_JOB_RESOLVE_TIMEOUT = "TF_RECIPES_RESOLVE_TIMEOUT"
+INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT = 600.0

@@ -1,0 +1,37 @@
+"""invoke tasks: build the recipe images and run the recipes, on this machine, in a container or on
+a cluster; prove them (nightly) and measure them (bench). One module per topic:
+
+    tasks/run.py       invoke run RECIPE                 train under a launcher, locally or in a container
+    tasks/images.py    invoke build RECIPE, images.*     the recipe images and their base images
+    tasks/clusters.py  invoke sbatch | k8s | launch-files  SLURM scripts, Kubernetes manifests, launch/ files
+    tasks/proving.py   invoke nightly | bench            the nightly container CI and the benchmarks
+    tasks/host.py      what the tasks ask of this machine (settings, docker, git, running a command)
+
+    invoke run mnist-cnn --gpus 0 --cpu-replicas 2 --launcher multiworker -- --synthetic --max-steps 20
+    invoke run cityscapes-unet --gpus 8
+    invoke build mnist-cnn --base cpu
+    invoke images.bootstrap && invoke images.cpu
+
+Every command is built by a pure function in commands/ and printed before it runs; `--dry` prints
+it and stops. Defaults live in the `tf_recipes` configuration (tasks/host.py's DEFAULTS) and can be
+overridden in invoke.yaml or with INVOKE_TF_RECIPES_* environment variables, for every task.
+"""
+import os
+import sys
+
+# invoke puts tasks/ itself on sys.path; ci/ (the nightly and bench runners) sits beside it.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(1, _ROOT)
+
+from invoke import Collection  # noqa: E402
+
+from tasks import clusters, images, proving  # noqa: E402
+from tasks.host import DEFAULTS  # noqa: E402
+from tasks.run import run  # noqa: E402
+
+namespace = Collection(run, images.build, clusters.sbatch, proving.bench, proving.nightly,
+                       Collection("images", images.bootstrap, images.cpu))
+namespace.add_task(clusters.k8s_manifests, name="k8s")
+namespace.add_task(clusters.launch_files_task, name="launch-files")
+namespace.configure({"tf_recipes": DEFAULTS})

@@ -1,0 +1,163 @@
+"""What the tasks ask of this machine, each written once: the settings, the recipes here, the docker
+client and engine, the git revision, the CA bundle, and running a command with its stop signals
+passed on. The builders in commands/ take these as plain values."""
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+from invoke import Exit
+
+from commands import launch
+from common import stopping
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Defaults of the `tf_recipes` configuration; invoke.yaml or INVOKE_TF_RECIPES_* override them, for
+# `invoke run` and `invoke nightly` alike.
+DEFAULTS = {
+    "image_prefix": "tf-recipes",
+    "ngc_base": "nvcr.io/nvidia/tensorflow:25.02-tf2-py3",
+    "cpu_base": "tf-recipes/cpu-base:latest",
+    "debian_base": "tf-recipes/debian:bookworm",
+    "docker": "auto",  # a docker client path, or auto: the first that can build with BuildKit
+    # `docker run --ulimit memlock=-1` as NVIDIA recommends; "" leaves the limit alone (for hosts
+    # and sandboxes that refuse to raise it: "error setting rlimit type 8").
+    "memlock": "-1",
+    "apptainer": "apptainer",
+    "sif_dir": "build/sif",
+}
+
+
+def settings(c) -> dict:
+    return {**DEFAULTS, **c.config.get("tf_recipes", {})}
+
+
+def fail(message: str):
+    """A user mistake: one line on stderr and exit status 2, no traceback."""
+    raise Exit(f"error: {message}", code=2)
+
+
+def recipes() -> list[str]:
+    """Recipe folders: every recipes/NAME that has a train.py."""
+    folder = os.path.join(ROOT, "recipes")
+    return sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, "train.py")))
+
+
+def check_recipe(recipe: str) -> None:
+    """A LaunchError naming the recipe and the choices, for a name that is not a recipe folder."""
+    launch.check_choice("recipe", recipe, recipes())
+
+
+def stamp() -> str:
+    """The local time that names a run's folder."""
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def command_line(task: str, fallback: str) -> str:
+    """The invoke command line as the user typed it, for reports (`fallback` when called otherwise)."""
+    if task in sys.argv:
+        return shlex.join(["invoke", task, *sys.argv[sys.argv.index(task) + 1:]])
+    return fallback
+
+
+def git_revision() -> str:
+    """The checkout's commit, with -dirty when it has uncommitted changes ("unknown" outside git)."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip() or "unknown"
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def image_tag(c, recipe: str, base: str) -> str:
+    return f"{settings(c)['image_prefix']}/{recipe}:{base}"
+
+
+def sif_path(c, recipe: str, base: str) -> str:
+    return os.path.join(settings(c)["sif_dir"], f"{recipe}_{base}.sif")
+
+
+def docker_client(c) -> str:
+    """The configured docker client, or the first one on this machine that builds with BuildKit.
+
+    `docker build --secret` and `RUN --mount` need BuildKit: the buildx plugin, or a client with
+    BuildKit built in (Debian's docker.io 20.10 with DOCKER_BUILDKIT=1). A newer client without
+    buildx falls back to the legacy builder, which cannot build these Dockerfiles.
+    """
+    configured = settings(c)["docker"]
+    if configured != "auto":
+        return configured
+    candidates = [path for path in (shutil.which("docker"), "/usr/bin/docker") if path and os.path.exists(path)]
+    for client in candidates:
+        probe = subprocess.run([client, "build", "--help"], capture_output=True, text=True,
+                               env={**os.environ, "DOCKER_BUILDKIT": "1"})
+        if "--secret" in probe.stdout:
+            return client
+    return candidates[0] if candidates else "docker"
+
+
+def docker_engine_answers(docker: str) -> bool:
+    if not shutil.which(docker):
+        return False
+    return subprocess.call([docker, "info"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+
+
+def docker_image_exists(docker: str, image: str) -> bool:
+    return subprocess.call([docker, "image", "inspect", image], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL) == 0
+
+
+def local_horovodrun() -> str:
+    """The horovodrun installed next to this Python (the venv's), else whichever is on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    return beside if os.path.exists(beside) else "horovodrun"
+
+
+def ca_bundle_from(explicit: str | None) -> str | None:
+    """The site CA bundle for pip in builds: --ca-bundle, else SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT."""
+    for candidate in (explicit, os.environ.get("SSL_CERT_FILE"), os.environ.get("REQUESTS_CA_BUNDLE"),
+                      os.environ.get("PIP_CERT")):
+        if candidate:
+            if not os.path.isfile(candidate):
+                fail(f"CA bundle {candidate} does not exist; pass --ca-bundle PATH or unset the variable")
+            return os.path.abspath(candidate)
+    return None
+
+
+def show(argv, env=None) -> None:
+    print(launch.echo_line(argv, env), flush=True)
+
+
+def execute(argv, env=None, dry=False) -> int:
+    """Print the command, then (unless dry) run it with the terminal attached and return its status."""
+    show(argv, env)
+    if dry:
+        return 0
+    try:
+        process = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **(env or {})})
+    except FileNotFoundError:
+        fail(f"{argv[0]} is not installed or not on PATH")
+    # SIGTERM/SIGUSR1 to invoke (a scheduler stopping the job) go on to the job, which checkpoints.
+    with stopping.forwarding_stop_signals([process]):
+        try:
+            return process.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the job too (same process group): let it end
+            try:
+                return process.wait(timeout=30)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):  # a second Ctrl-C, or it hangs
+                process.kill()
+                return process.wait()
+
+
+def write_or_print(text: str, out: str | None, dry: bool, next_step: str) -> None:
+    """A rendered file: written to `out` (unless dry), else printed."""
+    if out and not dry:
+        with open(out, "w") as handle:
+            handle.write(text)
+        print(f"wrote {out}; {next_step}")
+    else:
+        print(text, end="")

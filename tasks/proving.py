@@ -1,0 +1,103 @@
+"""`invoke nightly` and `invoke bench`: how the recipes are proven. The work is in ci/nightly and
+ci/bench; these tasks parse the flags and hand over the settings `invoke run` uses."""
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+import sys
+
+from invoke import Exit, task
+
+from commands import launch
+from common.contract import LAUNCHERS
+from tasks import host
+
+
+@task(
+    positional=["recipe"],
+    auto_shortflags=False,
+    help={
+        "recipe": "recipe folder name under recipes/",
+        "replicas": "replica counts to measure, comma-separated (default 1,2,4 on the CPU; 1,2,4,8 up to --gpus)",
+        "launchers": "launchers to measure, comma-separated (single runs only at 1 replica)",
+        "rounds": "interleaved rounds; the median of the rounds is reported",
+        "gpus": "GPUs on this machine; 0 measures CPU replicas (--cpu-replicas)",
+        "out": "folder for bench.md, bench.json and bench.png (default results/bench/RECIPE-TIME)",
+        "input-benchmark": "also run the recipe's benchmark_input.py and compare its rates with training",
+        "input-args": "arguments for benchmark_input.py (quoted), besides the --json it always gets",
+        "keep-runs": "keep every run's results folder and log under OUT/runs",
+        "dry": "print the commands, run nothing",
+    },
+)
+def bench(c, recipe, replicas=None, launchers=",".join(LAUNCHERS), rounds="3", gpus="0", out=None,
+          input_benchmark=True, input_args="", keep_runs=False, dry=False):
+    """Measure RECIPE's images/s under every launcher and replica count; arguments after -- go to train.py."""
+    from ci.bench import plan, report, runner
+
+    try:
+        host.check_recipe(recipe)
+        gpus = launch.parse_count("--gpus", gpus)
+        counts = plan.parse_replicas(replicas) if replicas else plan.default_replicas(gpus)
+        rounds = launch.parse_count("--rounds", rounds)
+        train_args = plan.train_args_for(recipe, shlex.split(c.remainder or ""))
+        out = os.path.abspath(out or os.path.join(host.ROOT, "results", "bench", f"{recipe}-{host.stamp()}"))
+        runs = plan.plan_runs(recipe, plan.parse_launchers(launchers), counts, rounds, train_args,
+                              os.path.join(out, "runs"), gpus=gpus, python=sys.executable,
+                              horovodrun=host.local_horovodrun())
+    except launch.LaunchError as error:
+        host.fail(str(error))
+    input_command = runner.input_command_here(recipe, host.ROOT, os.path.join(out, "input-benchmark.json"),
+                                              shlex.split(input_args), sys.executable) if input_benchmark else None
+    if dry:
+        for run in runs:
+            host.show(run.argv, run.env)
+        if input_command:
+            host.show(input_command)
+        print(f"would write {out}/bench.md, bench.json and bench.png ({len(runs)} training runs)")
+        return
+    result, paths, failed = runner.run_bench(
+        recipe, runs, rounds=rounds, gpus=gpus, train_args=train_args, out=out, root=host.ROOT,
+        input_command=input_command, command=host.command_line("bench", f"invoke bench {recipe}"),
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        git_revision=host.git_revision(), keep_runs=keep_runs)
+    print(report.render_markdown(result), end="")
+    if failed:
+        raise Exit(f"{len(failed)} of {len(runs)} runs failed (logs in {os.path.join(out, 'runs')}); "
+                   f"wrote {', '.join(paths.values())}", code=1)
+    print(f"wrote {', '.join(paths.values())}")
+
+
+@task(
+    auto_shortflags=False,
+    help={
+        "tier": "smoke | cpu | gpu (ci/nightly/matrix.yaml)",
+        "only": "run only the cells whose id (RECIPE/LAUNCHER/RUNTIME/BASE) matches this glob or text, "
+                "plus the cells they are compared with",
+        "history": "folder of per-night JSON files: read for the regression rule, tonight's record added",
+        "out": "folder for report.json, junit.xml, summary.md and history.png (default results/nightly/TIER)",
+        "matrix": "the matrix file",
+        "table": "print the matrix table of docs/nightly.md, rendered from the matrix file; run nothing",
+        "dry": "list the cells and their commands, run nothing",
+    },
+)
+def nightly(c, tier="smoke", only=None, history=None, out=None, matrix="ci/nightly/matrix.yaml", table=False,
+            dry=False):
+    """Build the images, run every cell of a tier and the README commands, check them, write the report."""
+    from ci.nightly import matrix as matrix_file, report, runner
+
+    try:
+        loaded = matrix_file.load_matrix(os.path.join(host.ROOT, matrix))
+        if table:
+            print(report.render_matrix_table(loaded), end="")
+            return
+        out = os.path.abspath(out or os.path.join(host.ROOT, "results", "nightly", tier))
+        docker = host.docker_client(c)
+        images = {**{key: host.settings(c)[key] for key in ("ngc_base", "cpu_base", "debian_base")}, "docker": docker}
+        code = runner.run_night(loaded, tier, only, out, history and os.path.abspath(history), dry,
+                                host.command_line("nightly", f"invoke nightly --tier {tier}"), images,
+                                docker_answers=not dry and host.docker_engine_answers(docker))
+    except matrix_file.MatrixError as error:
+        host.fail(str(error))
+    if code:
+        raise Exit(f"the night is red; see {os.path.join(out, 'summary.md')}", code=code)

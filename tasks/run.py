@@ -1,0 +1,137 @@
+"""`invoke run`: train a recipe under a launcher, on this machine or in its container."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import time
+
+from invoke import Exit, task
+
+from commands import containers, launch
+from common import contract, stopping
+from tasks import host
+
+RUNTIMES = ("auto", *contract.RUNTIMES)
+
+
+def _runtime(runtime: str, docker: str) -> str:
+    if runtime != "auto":
+        return runtime
+    runtime = "docker" if host.docker_engine_answers(docker) else "local"
+    print(f"runtime: {runtime} ({'a Docker engine answers' if runtime == 'docker' else 'no Docker engine answers'})")
+    return runtime
+
+
+def _check_request(runtime, base, gpus, launcher, host_list, train_args, data_dir, nsys, dry) -> None:
+    """One line for every combination that cannot work, before anything starts."""
+    if data_dir and not os.path.isdir(data_dir):
+        if not dry:
+            host.fail(f"--data-dir {data_dir} is not a folder")
+        print(f"note: --data-dir {data_dir} is not a folder on this machine", file=sys.stderr)
+    if runtime != "local":
+        for flag in ("--data-dir", "--results-dir"):
+            if any(arg == flag or arg.startswith(flag + "=") for arg in train_args):
+                host.fail(f"give {flag} to invoke run (before --), not to train.py: in a container it is "
+                          f"mounted and the script sees it at /{flag[2:].split('-')[0]}")
+    if nsys and runtime == "local" and not shutil.which("nsys") and not dry:
+        host.fail("--nsys needs Nsight Systems (`nsys`) on PATH; it ships in the NGC image (--runtime docker --base ngc)")
+    if nsys and runtime != "local" and base == "cpu":
+        host.fail("--nsys needs Nsight Systems, which only the NGC image has; use --base ngc")
+    if len(host_list) > 1 and launcher == "horovod" and runtime != "local":
+        host.fail("horovod across hosts starts its ranks over ssh, and invoke run starts no sshd with a shared key "
+                  "in the other hosts' containers; use --launcher multiworker with --hosts, SLURM (`invoke sbatch`), "
+                  "Kubernetes (`invoke k8s RECIPE --kind mpijob`, which sets that up) or --runtime local")
+
+
+def _in_runtime(c, plan, *, recipe, runtime, base, image, gpus, data_dir, results_dir, nsys, multi_host, docker, dry):
+    """(argv, env) that start the launch plan in its runtime."""
+    env = dict(plan.env)
+    cfg = host.settings(c)
+    if runtime == "local":
+        return plan.argv, {**env, "PYTHONPATH": host.ROOT}
+    if runtime == "docker":
+        image = image or host.image_tag(c, recipe, base)
+        if not dry and not host.docker_image_exists(docker, image):
+            host.fail(f"image {image} is not built; run `invoke build {recipe} --base {base}` first")
+        return containers.build_docker_run_command(
+            image, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
+            user=f"{os.getuid()}:{os.getgid()}", profile=nsys,
+            network="host" if multi_host else None,  # workers on other hosts reach these ports
+            memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
+            name=launch.container_name(recipe, results_dir, str(os.getpid())), docker=docker), {}
+    if gpus:
+        env.pop("CUDA_VISIBLE_DEVICES")  # apptainer exec sets it from --gpus
+    return containers.build_apptainer_exec_command(
+        image or host.sif_path(c, recipe, base), plan.argv, gpus=gpus, env=env, data_dir=data_dir,
+        results_dir=results_dir, apptainer=cfg["apptainer"]), {}
+
+
+@task(
+    positional=["recipe"],
+    auto_shortflags=False,
+    help={
+        "recipe": "recipe folder name under recipes/",
+        "gpus": "GPUs to use; 0 runs on the CPU",
+        "cpu-replicas": "with --gpus 0: replicas on the CPU (processes or logical devices)",
+        "launcher": "single | mirrored | multiworker | horovod (default: single for 1 replica, else mirrored)",
+        "runtime": "local | docker | apptainer | auto (docker when an engine answers, else local)",
+        "horovod-runner": "horovodrun | mpirun: what starts the Horovod processes",
+        "base": "image variant to run: ngc | cpu (default: cpu with --gpus 0, else ngc)",
+        "image": "run this image instead of tf-recipes/RECIPE:BASE",
+        "data-dir": "dataset folder on this machine (mounted read-only at /data in containers)",
+        "results-dir": "where results.json and checkpoints go (default: results/RECIPE/TIME-LAUNCHER)",
+        "hosts": "several nodes without a scheduler: comma-separated hosts (multiworker: run on each with --node-index; horovod: run on the first)",
+        "node-index": "with --hosts and multiworker: this node's position in --hosts",
+        "port-base": "with --hosts and multiworker: first worker port, the same on every node",
+        "nsys": "profile every training process with Nsight Systems (NGC image or a host with nsys)",
+        "dry": "print the commands and environment, run nothing",
+    },
+)
+def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",
+        base=None, image=None, data_dir=None, results_dir=None, hosts=None, node_index="0", port_base="23456",
+        nsys=False, dry=False):
+    """Train RECIPE under a launcher; arguments after -- go to its train.py (see its --help)."""
+    try:
+        host.check_recipe(recipe)
+        launch.check_choice("runtime", runtime, RUNTIMES)
+        gpus, cpu_replicas = launch.parse_count("--gpus", gpus), launch.parse_count("--cpu-replicas", cpu_replicas)
+        launcher = launcher or ("single" if (gpus or cpu_replicas) == 1 else "mirrored")
+        base = base or ("cpu" if gpus == 0 else "ngc")
+        train_args = shlex.split(c.remainder or "")
+        docker = host.docker_client(c)
+        runtime = _runtime(runtime, docker)
+        results_dir = os.path.abspath(results_dir or os.path.join(
+            host.ROOT, launch.run_dir_name(recipe, launcher, host.stamp())))
+        host_list = [name for name in (hosts or "").split(",") if name]
+        _check_request(runtime, base, gpus, launcher, host_list, train_args, data_dir, nsys, dry)
+        data_dir = os.path.abspath(data_dir) if data_dir else None
+        inside = runtime != "local"
+        train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
+        if data_dir:
+            train_args += ["--data-dir", containers.CONTAINER_DATA_DIR if inside else data_dir]
+        plan = launch.build_launch(recipe, launcher, gpus=gpus, cpu_replicas=cpu_replicas,
+                                   hosts=host_list, node_index=launch.parse_count("--node-index", node_index),
+                                   port_base=launch.parse_count("--port-base", port_base),
+                                   train_args=train_args, horovod_runner=horovod_runner,
+                                   nsys_output=(containers.CONTAINER_RESULTS_DIR if inside else results_dir) if nsys else None,
+                                   python=sys.executable if runtime == "local" else "python",
+                                   horovodrun=host.local_horovodrun() if runtime == "local" else "horovodrun")
+    except launch.LaunchError as error:
+        host.fail(str(error))
+    argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, base=base, image=image, gpus=gpus,
+                            data_dir=data_dir, results_dir=results_dir, nsys=nsys, multi_host=len(host_list) > 1,
+                            docker=docker, dry=dry)
+    if not dry:
+        os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's
+    started = time.time()
+    code = stopping.job_status(host.execute(argv, env, dry), results_dir, started)
+    if code == contract.EXIT_STOPPED:
+        raise Exit(f"{recipe} ({launcher}, {runtime}) stopped on a signal with a checkpoint (status {code}); "
+                   f"continue it with the same command plus --results-dir {results_dir} and, after --, --resume",
+                   code=code)
+    if code:
+        raise Exit(f"{recipe} ({launcher}, {runtime}) failed with status {code}", code=code)
+    if not dry and runtime != "local":  # train.py printed the path inside the container
+        print(f"results on this machine: {os.path.join(results_dir, contract.RESULTS_FILE)}")

@@ -1,0 +1,156 @@
+"""Never hang, and leave cleanly.
+
+- A multiworker cluster that never forms ends within --join-timeout (+10 s) with status 4 and one
+  line naming the worker that never joined.
+- A peer killed (SIGKILL) or frozen (SIGSTOP) mid-run makes every other process exit non-zero
+  within 60 s, with one line saying so.
+- A successful 2-process run (multiworker, horovod) prints no ERROR line from TensorFlow's
+  coordination service or collectives, and its evaluation, shared by the processes, equals the
+  evaluation of its final weights by one process over the whole test set.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common.spawn import free_ports, worker_environments
+from helpers import REPO, assert_ok, read_results, run_invoke, run_python
+from jobs import Job, wait_for_processes
+
+pytestmark = pytest.mark.slow
+TRAIN = ["recipes/mnist-cnn/train.py", "--launcher", "multiworker", "--synthetic", "--batch-size", "32",
+         "--log-every", "1"]
+# TensorFlow's C++ log lines at ERROR level: "2026-... : E path/file.cc:N] ..." or "E0000 ... file.cc:N] ...".
+ERROR_LINE = re.compile(r"^(?:\[\d+\]<stderr>:)?(?:\d{4}-\d\d-\d\d [\d:.]+: E |E\d{4} )")
+CLUSTER_WORDS = re.compile(r"coordination|collective|ring_alg|heartbeat|PREEMPTION|grpc|RecvBuf|gloo|horovod", re.I)
+
+
+def start_workers(count, results_dir, *train_args, started=None):
+    """`count` multiworker processes with their own TF_CONFIG (only those in `started`, if given),
+    without common.spawn, which would stop the others itself when one fails."""
+    environments = worker_environments(count, free_ports(count))
+    processes = {}
+    for index, env in enumerate(environments):
+        if started is None or index in started:
+            processes[index] = subprocess.Popen(
+                [sys.executable, *TRAIN, "--results-dir", str(results_dir), *train_args], cwd=REPO, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env={**os.environ, **env, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "1"})
+    return processes, environments
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_cluster_that_never_forms_names_the_missing_worker(tmp_path):
+    processes, environments = start_workers(2, tmp_path, "--max-steps", "5", "--join-timeout", "10", started={0})
+    started = time.monotonic()
+    out, err = processes[0].communicate(timeout=120)
+    elapsed = time.monotonic() - started
+    missing = json.loads(environments[1]["TF_CONFIG"])["cluster"]["worker"][1]
+    assert processes[0].returncode == 4, err[-3000:]
+    assert elapsed < 10 + 10 + 15, elapsed  # the deadline, +10 s, + TensorFlow's start-up
+    lines = error_lines(err)
+    assert len(lines) == 1 and f"worker 1 ({missing}) never joined" in lines[0], err[-3000:]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("signame", ["SIGKILL", "SIGSTOP"])
+def test_a_lost_multiworker_peer_ends_the_others(signame, tmp_path):
+    processes, _ = start_workers(2, tmp_path, "--max-steps", "100000")
+    try:
+        for line in processes[0].stdout:  # the chief's progress
+            if re.search(r"step\s+10/", line):
+                break
+        os.kill(processes[1].pid, getattr(signal, signame))
+        started = time.monotonic()
+        _, err = processes[0].communicate(timeout=90)
+        elapsed = time.monotonic() - started
+    finally:
+        for process in processes.values():
+            process.kill()
+            process.wait()
+    assert processes[0].returncode == 4, err[-3000:]
+    assert elapsed < 60, elapsed
+    lines = error_lines(err)
+    assert len(lines) == 1 and "lost contact with the other workers" in lines[0], err[-3000:]
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("signame", ["SIGKILL", "SIGSTOP"])
+def test_a_lost_horovod_rank_ends_the_job(signame, tmp_path, require_horovod):
+    job = Job("run", "mnist-cnn", "--gpus", "0", "--launcher", "horovod", "--cpu-replicas", "2", "--runtime",
+              "local", "--results-dir", str(tmp_path), "--", "--synthetic", "--batch-size", "32",
+              "--max-steps", "100000", "--log-every", "1")
+    try:
+        job.wait_for_step(10)
+        ranks = wait_for_processes(tmp_path, 2)
+        os.kill(ranks[1], getattr(signal, signame))
+        started = time.monotonic()
+        while os.path.exists(f"/proc/{ranks[0]}") and time.monotonic() - started < 90:
+            with open(f"/proc/{ranks[0]}/stat") as handle:
+                if handle.read().split()[2] == "Z":
+                    break
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        if signame == "SIGSTOP":
+            os.kill(ranks[1], signal.SIGKILL)
+        code = job.wait(timeout=60)
+    finally:
+        job.kill()
+    assert elapsed < 60, elapsed
+    assert code not in (0, 143), job.output()[-4000:]
+    if signame == "SIGSTOP":  # rank 0 noticed on its own (Gloo's timeout) and said so in one line
+        assert re.search(r"\[0\]<stderr>:error: worker 0: lost contact with the other workers", job.output()), \
+            job.output()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def evaluate_alone():
+    """Evaluates a run's final weights in one process over the whole synthetic test set."""
+    code = """
+import json, sys
+sys.path[:0] = [".", "tests"]
+from common import training
+from common.launchers import create_launcher
+from helpers import recipe_module
+train = recipe_module("mnist-cnn", "train")
+launcher = create_launcher("single")
+x_train, _, x_test, y_test = train.synthetic_mnist(42)
+model = train.build_model()
+model.load_weights(sys.argv[1])
+trainer = training.Trainer(launcher, "mnist-cnn", num_examples=len(x_train), per_replica_batch=32,
+                           results_dir=sys.argv[2])
+trainer.model = model
+print(json.dumps(trainer.evaluate(train.make_eval_dataset(x_test, y_test), train.TASK)))
+"""
+
+    def evaluate(results_dir):
+        process = run_python("-c", code, str(results_dir / "final.weights.h5"), str(results_dir / "alone"))
+        assert_ok(process)
+        return json.loads(process.stdout.strip().splitlines()[-1])
+
+    return evaluate
+
+
+@pytest.mark.parametrize("launcher", ["multiworker", "horovod"])
+def test_a_successful_run_is_clean_and_evaluates_every_example_once(launcher, tmp_path, evaluate_alone, request):
+    if launcher == "horovod":
+        request.getfixturevalue("require_horovod")
+    process = run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher, "--cpu-replicas", "2",
+                         "--runtime", "local", "--results-dir", str(tmp_path), "--", "--synthetic",
+                         "--max-steps", "30", env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert_ok(process)
+    noisy = [line for line in process.stderr.splitlines() if ERROR_LINE.match(line) and CLUSTER_WORDS.search(line)]
+    assert not noisy, "\n".join(noisy)
+    shared = read_results(tmp_path)["final_metrics"]["test"]
+    alone = evaluate_alone(tmp_path)
+    assert shared["examples"] == alone["examples"] == 2000
+    assert shared["accuracy"] == alone["accuracy"]
+    assert shared["loss"] == pytest.approx(alone["loss"], rel=1e-6)

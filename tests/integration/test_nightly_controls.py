@@ -1,0 +1,127 @@
+"""`invoke nightly`'s negative controls: a real night that must turn red, each bad entry named in the
+summary and the JUnit file.
+
+The controls run a matrix of their own on the host (`--runtime local`, mnist-cnn on
+generated digits): a reference cell, a good 2-replica cell, one whose replicas desynchronise, one
+that trains a different model, one that exits non-zero, one slowed down against a stored history,
+a README command that fails, and a flaky infrastructure error. The matrix, the checks and the
+regression rule alone: tests/unit/test_nightly.py."""
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from helpers import run_invoke
+
+
+# -- negative controls: a real night that must be red, naming each bad cell --------------------------
+
+CONTROLS = """
+regression: {window: 7, min_nights: 1, drop: 0.25}
+launchers:
+  single: {replicas: 1, flags: [--launcher, single]}
+  mirrored: {replicas: 2, flags: [--launcher, mirrored]}
+  desync: {replicas: 2, flags: [--launcher, multiworker], args: [--fault-desync-replica, "1"]}
+  different: {replicas: 2, flags: [--launcher, mirrored], args: [--lr, "0.003"]}
+  crash: {replicas: 1, flags: [--launcher, single], args: [--epochs, "0"]}
+  slow: {replicas: 2, flags: [--launcher, mirrored], args: [--fault-slow-step, "0.1"]}
+recipes:
+  mnist-cnn:
+    global_batch: 64
+    args: [--synthetic, --max-steps, "20", --log-every, "5", --no-dropout]
+    reference: single
+    time_limit: 300
+tiers:
+  cpu:
+    recipes: [mnist-cnn]
+    launchers: [single, mirrored, desync, different, crash, slow]
+    runtimes: [local]
+    bases: [cpu]
+readme:
+  - {file: README, match: "nightly-fails", tiers: [cpu], time_limit: 60}
+  - {file: README, match: "nightly-flaky", tiers: [cpu], time_limit: 60}
+  - {file: README, match: "nightly-hangs", tiers: [cpu], time_limit: 3}
+"""
+README = """```bash
+python -c "raise SystemExit('a README command that no longer works')"  # nightly-fails
+test -e {mark} || {{ touch {mark}; echo 'docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 125; }}  # nightly-flaky
+sleep 120  # nightly-hangs
+```
+"""
+
+
+@pytest.fixture(scope="module")
+def controls(tmp_path_factory):
+    """The control night, then the slowed cell alone against a history of the unslowed 2-replica
+    cell's ratio measured in that night."""
+    tmp = tmp_path_factory.mktemp("nightly-controls")
+    (tmp / "README").write_text(README.format(mark=tmp / "flaky-once"))
+    (tmp / "m.yaml").write_text(CONTROLS.replace("file: README", f"file: {tmp / 'README'}"))
+    first = run_invoke("nightly", "--tier", "cpu", "--matrix", str(tmp / "m.yaml"), "--out", str(tmp / "out"),
+                       "--history", str(tmp / "first-history"), timeout=1200)
+    report = json.loads((tmp / "out" / "report.json").read_text())
+    entries = {e["id"]: e for e in report["entries"]}
+    # The stored history: the slowed cell as fast (relative to single) as the same launcher ran unslowed.
+    unslowed = entries["mnist-cnn/mirrored/local/cpu"]["ratio"]
+    history = tmp / "history"
+    history.mkdir()
+    for n in range(3):
+        (history / f"2026010{n}-cpu.json").write_text(json.dumps(
+            {"started": f"2026-01-0{n + 1}T00:00:00+00:00", "tier": "cpu",
+             "cells": {"mnist-cnn/slow/local/cpu": {"status": "pass", "ratio": unslowed, "images_per_sec": 1.0}}}))
+    slowed = run_invoke("nightly", "--tier", "cpu", "--matrix", str(tmp / "m.yaml"), "--only", "*/slow/*",
+                        "--out", str(tmp / "slowed"), "--history", str(history), timeout=600)
+    return {"first": (first, report, tmp / "out"), "slowed": (slowed, tmp / "slowed", history)}
+
+
+def junit_cases(folder):
+    cases = ET.parse(folder / "junit.xml").getroot().iter("testcase")
+    return {case.get("name"): case for case in cases}
+
+
+def test_the_good_cells_pass_and_the_bad_ones_turn_the_night_red(controls):
+    process, report, out = controls["first"]
+    assert process.returncode == 1, process.stdout[-3000:] + process.stderr[-3000:]
+    assert "the night is red" in process.stderr and not report["passed"]
+    status = {e["id"]: e["status"] for e in report["entries"]}
+    assert status["mnist-cnn/single/local/cpu"] == status["mnist-cnn/mirrored/local/cpu"] == "pass"
+    assert status["mnist-cnn/slow/local/cpu"] == "pass"  # no history yet: speed is not judged
+
+
+@pytest.mark.parametrize("cell, reason", [
+    ("mnist-cnn/desync/local/cpu", "replicas finished with different weights"),
+    ("mnist-cnn/different/local/cpu", "differs from the reference"),
+    ("mnist-cnn/crash/local/cpu", "exit status 2: argument --epochs"),
+    (f"README: nightly-fails", "exit status 1"),
+    (f"README: nightly-hangs", "did not finish within 3 s"),
+])
+def test_each_bad_cell_is_named_in_the_summary_and_the_junit_file(controls, cell, reason):
+    _, report, out = controls["first"]
+    entry = next(e for e in report["entries"] if e["id"].endswith(cell) or e["id"] == cell)
+    assert entry["status"] == "fail" and reason in entry["reason"], entry
+    assert entry["attempts"] == 1  # a wrong result is never retried
+    assert f"**{entry['id']}**" in (out / "summary.md").read_text()
+    failure = junit_cases(out)[entry["id"]].find("failure")
+    assert failure is not None and reason in failure.get("message")
+
+
+def test_a_flaky_infrastructure_error_is_retried_once(controls):
+    _, report, out = controls["first"]
+    entry = next(e for e in report["entries"] if e["id"].endswith("nightly-flaky"))
+    assert (entry["status"], entry["attempts"], entry["retried_for"]) == ("pass", 2, "the Docker daemon")
+    assert junit_cases(out)[entry["id"]].find("failure") is None
+
+
+def test_a_slowdown_against_the_stored_history_is_a_regression(controls):
+    process, out, history = controls["slowed"]
+    assert process.returncode == 1, process.stdout[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert [r["cell"] for r in report["regressions"]] == ["mnist-cnn/slow/local/cpu"]
+    entry = next(e for e in report["entries"] if e["id"] == "mnist-cnn/slow/local/cpu")
+    assert entry["status"] == "fail" and "throughput regression" in entry["reason"]
+    summary = (out / "summary.md").read_text()
+    assert "### Throughput regressions" in summary and "**mnist-cnn/slow/local/cpu**" in summary
+    assert "throughput regression" in junit_cases(out)["mnist-cnn/slow/local/cpu"].find("failure").get("message")
+    # Tonight joined the history, marked; the plot was drawn from it.
+    assert len(list(history.glob("*.json"))) == 4
+    assert (out / "history.png").stat().st_size > 10_000

@@ -1,0 +1,53 @@
+"""cityscapes-unet trained in one process, as a user runs it: fixture zips -> prepare_data.py ->
+train.py with --benchmark, --profile and prediction PNGs, and its one-line errors. Under every
+launcher, with an exact resume: tests/integration/test_cityscapes_launchers.py."""
+import os
+
+import pytest
+
+from helpers import assert_ok, read_results, run_python
+
+pytestmark = pytest.mark.slow
+RECIPE = "recipes/cityscapes-unet"
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cityscapes")
+    assert_ok(run_python(f"{RECIPE}/make_fixture.py", "--out", str(root / "release"), "--zip", "--no-tree",
+                         "--train", "8", "--val", "4"))
+    assert_ok(run_python(f"{RECIPE}/prepare_data.py", "--source", str(root / "release"), "--out", str(root / "prepared")))
+    return root / "prepared"
+
+
+def test_benchmark_mode_measures_generated_full_size_batches(tmp_path):
+    # Full-size tensors at a tiny model: the mode is what is tested here, not the speed.
+    process = run_python(f"{RECIPE}/train.py", "--benchmark", "--preset", "tiny", "--crop", "1024x2048",
+                         "--batch-size", "1", "--max-steps", "3", "--warmup-steps", "1", "--results-dir", str(tmp_path))
+    assert_ok(process)
+    results = read_results(tmp_path)
+    assert results["mode"] == "benchmark" and results["crop"] == [1024, 2048]
+    assert results["timed_steps"] == 2 and results["images_per_sec"] > 0
+    assert results["step_time_p90_ms"] >= results["step_time_p50_ms"] > 0
+
+
+def test_profile_and_predictions_are_written(prepared, tmp_path):
+    process = run_python(f"{RECIPE}/train.py", "--preset", "tiny", "--data-dir", str(prepared), "--max-steps", "4",
+                         "--profile", "1:3", "--predict-dir", str(tmp_path / "pred"), "--predict-count", "2",
+                         "--results-dir", str(tmp_path / "run"))
+    assert_ok(process)
+    traces = [name for _, _, files in os.walk(tmp_path / "run" / "profile") for name in files]
+    assert any(name.endswith(".xplane.pb") for name in traces), traces
+    pngs = sorted(os.listdir(tmp_path / "pred"))
+    assert pngs == ["val_0000.png", "val_0001.png"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "--data-dir is required"),
+    (["--data-dir", "/nonexistent"], "prepare_data.py"),
+    (["--crop", "100x200", "--benchmark"], "multiples of 16"),
+])
+def test_bad_input_is_named(args, message):
+    process = run_python(f"{RECIPE}/train.py", "--max-steps", "1", *args)
+    assert process.returncode == 2, process.stderr[-2000:]
+    assert message in process.stderr and "Traceback" not in process.stderr

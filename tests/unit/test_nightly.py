@@ -1,0 +1,148 @@
+"""`invoke nightly`: the matrix, the checks, the regression rule, the table in docs/nightly.md and --dry.
+
+The negative controls, real nights that must turn red, run in tests/integration/test_nightly_controls.py;
+the smoke tier itself, in the containers, in tests/integration/test_nightly_workflow.py (the
+workflow's CPU job under act)."""
+import shutil
+
+import numpy as np
+import pytest
+
+from ci.nightly import matrix as nightly
+from ci.nightly import report as nightly_report
+from helpers import REPO, assert_ok, run_invoke
+
+MATRIX = nightly.load_matrix(str(REPO / "ci" / "nightly" / "matrix.yaml"))
+
+
+# -- the matrix ----------------------------------------------------------------------------------
+
+def test_the_cpu_tier_has_every_recipe_under_every_launcher_in_its_cpu_image():
+    cells = nightly.expand(MATRIX, "cpu")
+    docker = {(c.recipe, c.launcher) for c in cells if (c.runtime, c.base) == ("docker", "cpu")}
+    recipes = {p.name for p in (REPO / "recipes").iterdir() if (p / "train.py").exists()}
+    assert docker == {(r, l) for r in recipes for l in ("single", "mirrored", "multiworker", "horovodrun", "mpirun")}
+
+
+def test_every_cell_of_a_recipe_trains_on_the_same_global_batch():
+    for tier in nightly.TIERS:
+        for cell in nightly.expand(MATRIX, tier):
+            argv = nightly.cell_command(cell, "/r", None)
+            per_replica = int(argv[argv.index("--batch-size") + 1])
+            assert per_replica * cell.replicas == MATRIX.recipes[cell.recipe]["global_batch"], cell.id
+            assert argv[argv.index("--runtime") + 1] == cell.runtime and argv[argv.index("--base") + 1] == cell.base
+
+
+def test_gpu_cells_ask_for_one_gpu_per_replica_and_cpu_cells_for_cpu_replicas():
+    gpu = {c.launcher: nightly.cell_command(c, "/r", None) for c in nightly.expand(MATRIX, "gpu")}
+    assert gpu["single"][3:5] == ["--gpus", "1"] and gpu["horovodrun"][3:5] == ["--gpus", "2"]
+    smoke = {c.launcher: nightly.cell_command(c, "/r", None) for c in nightly.expand(MATRIX, "smoke")}
+    assert smoke["mpirun"][3:7] == ["--gpus", "0", "--cpu-replicas", "2"]
+    assert smoke["mpirun"][smoke["mpirun"].index("--horovod-runner") + 1] == "mpirun"
+
+
+def test_cells_are_compared_with_their_recipes_reference_unless_the_matrix_says_why_not():
+    cells = {c.id: c for c in nightly.expand(MATRIX, "cpu")}
+    assert cells["mnist-cnn/mpirun/docker/cpu"].reference_id == "mnist-cnn/single/docker/cpu"
+    assert cells["cassava-resnet/horovodrun/docker/cpu"].reference_id == "cassava-resnet/mirrored/docker/cpu"
+    assert not cells["cassava-resnet/single/docker/cpu"].parity and cells["cassava-resnet/horovodrun/docker/cpu"].parity
+
+
+def test_cells_that_cannot_run_here_say_why():
+    cells = {c.id: c for c in nightly.expand(MATRIX, "gpu") + nightly.expand(MATRIX, "cpu")}
+    here = {"docker": True, "apptainer": False, "gpus": 0, "ngc": False}
+    assert "GPU" in nightly.not_runnable(cells["mnist-cnn/single/docker/ngc"], here)
+    assert "Apptainer" in nightly.not_runnable(cells["mnist-cnn/single/apptainer/cpu"], here)
+    assert nightly.not_runnable(cells["mnist-cnn/mpirun/docker/cpu"], here) is None
+    assert "NGC" in nightly.not_runnable(cells["mnist-cnn/single/docker/ngc"], {**here, "gpus": 8})
+
+
+def test_only_keeps_the_reference_and_single_cells_a_cell_is_compared_with():
+    cells = nightly.expand(MATRIX, "cpu")
+    chosen = {c.id for c in nightly.select(cells, "cassava-resnet/horovodrun/docker/*")}
+    assert chosen == {"cassava-resnet/horovodrun/docker/cpu", "cassava-resnet/mirrored/docker/cpu",
+                      "cassava-resnet/single/docker/cpu"}
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("launchers: {}\nrecipes: {}\n", "missing `tiers`"),
+    ("launchers: {single: {replicas: 1}}\nrecipes: {}\ntiers: {}\n", "launchers.single: missing `flags`"),
+    ("launchers: {}\nrecipes: {}\ntiers: {nightly: {}}\n", "tiers.nightly: unknown tier"),
+    ("launchers: [\n", "is not valid YAML"),
+])
+def test_a_broken_matrix_is_named_in_one_line(tmp_path, text, problem):
+    (tmp_path / "m.yaml").write_text(text)
+    with pytest.raises(nightly.MatrixError, match=problem.replace("`", ".")):
+        nightly.load_matrix(str(tmp_path / "m.yaml"))
+    process = run_invoke("nightly", "--matrix", str(tmp_path / "m.yaml"), "--dry", timeout=60)
+    assert process.returncode == 2 and process.stderr.count("\n") == 1 and "Traceback" not in process.stderr
+
+
+def test_the_docs_table_is_rendered_from_the_matrix():
+    table = nightly_report.render_matrix_table(MATRIX)
+    assert table in (REPO / "docs" / "nightly.md").read_text(), "regenerate it: invoke nightly --table"
+
+
+def test_readme_entries_name_exactly_one_line_each():
+    for command, _ in MATRIX.readme:
+        lines = list(nightly.shell_lines((REPO / command.file).read_text()))
+        assert nightly.find_readme_line(lines, command)
+
+
+# -- checks, retries and the regression rule -----------------------------------------------------
+
+def test_infrastructure_errors_are_told_from_wrong_results():
+    assert nightly.infrastructure_error("docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock.")
+    assert nightly.infrastructure_error("OSError: [Errno 98] Address already in use") == "a port in use"
+    assert nightly.infrastructure_error("Error response from daemon: toomanyrequests: rate limit") is not None
+    assert nightly.infrastructure_error("error: replicas out of sync: 2 different fingerprints") is None
+    assert nightly.infrastructure_error("error setting rlimit type 8: operation not permitted") is None
+
+
+def results_of(cell, losses, prints):
+    return {**{k: 0 for k in nightly.RESULT_FIELDS}, "replicas": cell.replicas, "global_batch": cell.global_batch,
+            "losses": [{"step": 10 * (i + 1), "loss": v} for i, v in enumerate(losses)], "replica_fingerprints": prints}
+
+
+def test_the_cell_checks_catch_drift_a_flat_loss_and_missing_fields():
+    cell = next(c for c in nightly.expand(MATRIX, "smoke") if c.launcher == "mirrored")
+    assert nightly.check_results(cell, results_of(cell, [2.0, 1.0], ["a", "a"])) == []
+    assert "out of sync" in nightly.check_results(cell, results_of(cell, [2.0, 1.0], ["a", "b"]))[0]
+    assert "did not go down" in nightly.check_results(cell, results_of(cell, [2.0, 2.5], ["a", "a"]))[0]
+    assert "lacks" in nightly.check_results(cell, {"recipe": "mnist-cnn"})[0]
+    assert nightly.check_results(cell, None) == ["no results.json"]
+
+
+def test_parity_holds_within_the_tolerance_and_fails_beyond_it():
+    cell = next(c for c in nightly.expand(MATRIX, "smoke") if c.launcher == "mirrored")
+    reference = results_of(cell, [2.0, 1.0], ["a", "a"])
+    weights = {"dense/kernel": np.linspace(-0.1, 0.1, 50).reshape(5, 10)}
+    assert nightly.check_parity(reference, weights, reference, weights) == []
+    nudged = {"dense/kernel": weights["dense/kernel"] + 5e-4}
+    assert nightly.check_parity(results_of(cell, [2.0 * (1 + 5e-4), 1.0], []), nudged, reference, weights) == []
+    moved = {"dense/kernel": weights["dense/kernel"] + 5e-3}
+    assert "final weights differ" in nightly.check_parity(reference, moved, reference, weights)[0]
+    assert "loss curve differs" in nightly.check_parity(results_of(cell, [2.0, 1.01], []), weights, reference, weights)[0]
+
+
+def night(tier, ratios, status="pass"):
+    return {"started": "x", "tier": tier, "cells": {c: {"status": status, "ratio": r} for c, r in ratios.items()}}
+
+
+def test_a_regression_is_a_drop_of_more_than_a_quarter_against_the_median_of_recent_nights():
+    rule = {"window": 7, "min_nights": 3, "drop": 0.25}
+    history = [night("cpu", {"c": r}) for r in (0.9, 1.0, 1.1)]
+    assert nightly.regressions({"c": 0.76}, history, "cpu", rule) == []
+    found = nightly.regressions({"c": 0.74}, history, "cpu", rule)
+    assert [r["cell"] for r in found] == ["c"] and found[0]["baseline"] == 1.0
+    assert nightly.regressions({"c": 0.5}, history[:2], "cpu", rule) == []  # too few nights yet
+    assert nightly.regressions({"c": 0.5}, history, "smoke", rule) == []  # other tiers do not count
+    failed = [night("cpu", {"c": 2.0}, status="fail")] * 5
+    assert nightly.regressions({"c": 0.74}, history + failed, "cpu", rule)  # failed nights are not a baseline
+
+
+def test_dry_lists_every_cell_with_its_command_and_runs_nothing(tmp_path):
+    process = run_invoke("nightly", "--tier", "gpu", "--dry", "--out", str(tmp_path), timeout=60)
+    assert_ok(process)
+    assert process.stdout.count("invoke run ") == len(nightly.expand(MATRIX, "gpu"))
+    assert not any(tmp_path.iterdir())
