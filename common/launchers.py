@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import hashlib
-import json
 import os
 import shutil
 import socket
@@ -30,6 +29,7 @@ import tensorflow as tf
 
 from common.contract import COLLECTIVES, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS, ClusterError, UserError
 from common.data import InputShard, eval_share
+from common.spawn import check_tf_config
 
 
 
@@ -267,9 +267,9 @@ class MultiWorkerLauncher(StrategyLauncher):
                 raise LauncherError(str(error)) from None
         if "TF_CONFIG" in os.environ:
             try:
-                json.loads(os.environ["TF_CONFIG"])
-            except json.JSONDecodeError as error:
-                raise LauncherError(f"TF_CONFIG is not valid JSON ({error}): {os.environ['TF_CONFIG']!r}")
+                check_tf_config(os.environ["TF_CONFIG"])
+            except ValueError as error:
+                raise LauncherError(str(error)) from None
             return tf.distribute.cluster_resolver.TFConfigClusterResolver()
         if "SLURM_PROCID" in os.environ:
             return _slurm_cluster_resolver()

@@ -61,6 +61,17 @@ def test_a_cluster_that_never_forms_names_the_missing_worker(tmp_path):
     assert "Traceback" not in err
 
 
+def test_a_task_index_outside_the_cluster_is_one_line(tmp_path):
+    """TF_CONFIG as a user may write it by hand, with a worker index the cluster does not have."""
+    config = json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 5}})
+    process = run_python(*TRAIN, "--max-steps", "2", "--results-dir", str(tmp_path), timeout=300,
+                         env={"TF_CONFIG": config, "PYTHONPATH": str(REPO)})
+    assert process.returncode == 2, process.stderr[-3000:]
+    assert error_lines(process.stderr) == ["error: TF_CONFIG task index 5 is outside its cluster's 2 worker "
+                                           "address(es) (0..1); give each process its own index"]
+    assert "Traceback" not in process.stderr and not (tmp_path / "results.json").exists()
+
+
 @pytest.mark.parametrize("signame", ["SIGKILL", "SIGSTOP"])
 def test_a_lost_multiworker_peer_ends_the_others(signame, tmp_path):
     processes, _ = start_workers(2, tmp_path, "--max-steps", "100000")

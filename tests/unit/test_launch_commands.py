@@ -1,10 +1,11 @@
 """Unit tests of the pure launcher command builders (nothing is run)."""
 import json
+import re
 
 import pytest
 
 from commands.launch import LaunchError, build_launch, container_name, parse_count
-from common.spawn import build_tf_config, worker_environments
+from common.spawn import build_tf_config, check_tf_config, worker_environments
 
 TRAIN = ["python", "recipes/mnist-cnn/train.py"]
 
@@ -128,3 +129,21 @@ def test_container_names_are_what_docker_accepts():
     assert container_name("mnist-cnn", "/tmp/my run: 2/") == "tf-recipes-mnist-cnn-my-run-2"
     assert container_name("mnist-cnn", "/") == "tf-recipes-mnist-cnn"
     assert container_name("mnist-cnn", "/r/parts", "4242") == "tf-recipes-mnist-cnn-parts-4242"
+
+
+def test_a_tf_config_that_cannot_work_is_named_before_anything_waits_on_it():
+    good = build_tf_config(["a:1", "b:2"], 1)
+    assert check_tf_config(good)["task"] == {"type": "worker", "index": 1}
+    cluster = {"worker": ["a:1", "b:2"]}
+    for config, message in (
+            ({"cluster": cluster, "task": {"type": "worker", "index": 5}},
+             "task index 5 is outside its cluster's 2 worker address(es) (0..1)"),
+            ({"cluster": cluster, "task": {"type": "worker", "index": -1}}, "task index -1 is outside"),
+            ({"cluster": cluster, "task": {"type": "chief", "index": 0}}, "task type 'chief' is not in its cluster"),
+            ({"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}},
+             "lists a:1 more than once"),
+            ({"cluster": cluster}, 'needs "task"'), ({"task": {"type": "worker", "index": 0}}, 'needs "cluster"')):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_tf_config(json.dumps(config))
+    with pytest.raises(ValueError, match="not valid JSON"):
+        check_tf_config("{worker")
