@@ -21,8 +21,8 @@ REPLICAS = {"single": 1, "mirrored": 2, "multiworker": 2, "horovod": 2}
 PROCESSES = {"single": 1, "mirrored": 1, "multiworker": 2, "horovod": 2}
 # Both stop signals under every multi-process launcher, where they differ: TensorFlow installs its own
 # SIGTERM handler with MultiWorkerMirroredStrategy, and each Horovod rank installs its own. A one-process
-# job (single, mirrored) has one handler for both signals, so SIGTERM there; SIGUSR1 in one process is
-# what SLURM's --signal sends (tests/integration/test_stop_slurm.py).
+# job (single, mirrored) has one handler for both signals, so SIGTERM alone there. SLURM's --signal
+# sends SIGUSR1 to every task of a job (tests/integration/test_stop_slurm.py).
 CASES = [("single", "SIGTERM"), ("mirrored", "SIGTERM"),
          ("multiworker", "SIGTERM"), ("multiworker", "SIGUSR1"),
          ("horovod", "SIGTERM"), ("horovod", "SIGUSR1")]
