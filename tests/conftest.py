@@ -3,6 +3,7 @@ import os
 
 import pytest
 
+from cityscapes_data import prepared  # noqa: F401 (the prepared Cityscapes fixture, made once)
 from helpers import horovod_available
 
 

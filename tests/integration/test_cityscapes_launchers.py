@@ -3,19 +3,9 @@
 tests/recipes/cityscapes/test_train.py."""
 import pytest
 
-from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke, run_python
+from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke
 
 pytestmark = pytest.mark.slow
-RECIPE = "recipes/cityscapes-unet"
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cityscapes")
-    assert_ok(run_python(f"{RECIPE}/make_fixture.py", "--out", str(root / "release"), "--zip", "--no-tree",
-                         "--train", "8", "--val", "4"))
-    assert_ok(run_python(f"{RECIPE}/prepare_data.py", "--source", str(root / "release"), "--out", str(root / "prepared")))
-    return root / "prepared"
 
 
 def invoke_run(prepared, results_dir, launcher, *train_args):

@@ -5,19 +5,10 @@ import os
 
 import pytest
 
+from cityscapes_data import RECIPE
 from helpers import assert_ok, read_results, run_python
 
 pytestmark = pytest.mark.slow
-RECIPE = "recipes/cityscapes-unet"
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cityscapes")
-    assert_ok(run_python(f"{RECIPE}/make_fixture.py", "--out", str(root / "release"), "--zip", "--no-tree",
-                         "--train", "8", "--val", "4"))
-    assert_ok(run_python(f"{RECIPE}/prepare_data.py", "--source", str(root / "release"), "--out", str(root / "prepared")))
-    return root / "prepared"
 
 
 def test_benchmark_mode_measures_generated_full_size_batches(tmp_path):
