@@ -3,6 +3,6 @@
 `launch` (the processes of each launcher), `containers` (docker and apptainer), `slurm` (sbatch
 scripts), `k8s` (MPIJob, TFJob and Indexed Job manifests) and `launch_files` (every recipe's
 launch/ folder). Nothing here starts a process, writes or reads a file, or reads the environment:
-tests/unit/test_commands_pure.py proves it. The tasks (tasks/) gather the values from the machine and
+tests/unit/test_layout.py proves it. The tasks (tasks/) gather the values from the machine and
 run what these build.
 """

@@ -350,3 +350,16 @@ esac
     assert (tmp_path / "listed").read_text().split() == issues.LIST_ARGV[1:]
     assert (tmp_path / "calls").read_text().splitlines() == ["label create nightly", "issue create --title",
                                                               "issue close 2"]
+
+
+def test_the_planner_reads_a_report_that_invoke_nightly_really_wrote():
+    """docs/nightly/cpu/report.json, as the cpu night wrote it: a cell's command is a list of words.
+    Its issue, open from an earlier night, is closed with a body that holds the command as one line."""
+    import shlex
+
+    report = json.loads((REPO / "docs" / "nightly" / "cpu" / "report.json").read_text())
+    cell = next(e for e in report["entries"] if e["kind"] == "cell" and e["status"] == "pass")
+    assert isinstance(cell["command"], list)
+    actions = issues.plan(report, [{"number": 9, "title": issues.issue_title(cell["id"])}], "https://example/run")
+    assert [(a.verb, a.number) for a in actions] == [("close", 9)]
+    assert f"```\n{shlex.join(cell['command'])}\n```" in actions[0].body
