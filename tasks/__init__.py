@@ -5,6 +5,7 @@ a cluster; prove them (nightly) and measure them (bench). One module per topic:
     tasks/images.py    invoke build RECIPE, images.*     the recipe images and their base images
     tasks/clusters.py  invoke sbatch | k8s | launch-files  SLURM scripts, Kubernetes manifests, launch/ files
     tasks/proving.py   invoke nightly | bench            the nightly container CI and the benchmarks
+    tasks/starting.py  invoke new NAME --from RECIPE     a recipe of your own, started from one of these
     tasks/host.py      what the tasks ask of this machine (settings, docker, git, running a command)
 
     invoke run mnist-cnn --gpus 0 --cpu-replicas 2 --launcher multiworker -- --synthetic --max-steps 20
@@ -26,7 +27,7 @@ if _ROOT not in sys.path:
 
 from invoke import Collection  # noqa: E402
 
-from tasks import clusters, images, proving  # noqa: E402
+from tasks import clusters, images, proving, starting  # noqa: E402
 from tasks.host import DEFAULTS  # noqa: E402
 from tasks.run import run  # noqa: E402
 
@@ -34,4 +35,5 @@ namespace = Collection(run, images.build, clusters.sbatch, proving.bench, provin
                        Collection("images", images.bootstrap, images.cpu))
 namespace.add_task(clusters.k8s_manifests, name="k8s")
 namespace.add_task(clusters.launch_files_task, name="launch-files")
+namespace.add_task(starting.new)
 namespace.configure({"tf_recipes": DEFAULTS})

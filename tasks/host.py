@@ -153,6 +153,18 @@ def execute(argv, env=None, dry=False) -> int:
                 return process.wait()
 
 
+def write_atomically(path: str, text: str) -> None:
+    """`path` holds `text` or what it held before: the text goes to a sibling file, renamed over it."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
 def write_or_print(text: str, out: str | None, dry: bool, next_step: str) -> None:
     """A rendered file: written to `out` (unless dry), else printed."""
     if out and not dry:

@@ -5,44 +5,14 @@ through the results volume.
 
 Images are cached in the engine between runs: a second CI run rebuilds nothing (see
 test_a_rebuild_without_changes_is_all_cache)."""
-import os
 import re
-import subprocess
 
 import pytest
 
+from docker_images import BUILD_TIMEOUT, docker
 from helpers import assert_ok, read_results, run_invoke, run_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-BUILD_TIMEOUT = 2400  # a cold CPU base compiles Horovod: ~10 minutes on 2 cores
-
-
-def docker(*args, **kwargs):
-    return subprocess.run(["docker", *args], capture_output=True, text=True, **kwargs)
-
-
-@pytest.fixture(scope="module")
-def engine():
-    if docker("info").returncode != 0:
-        message = "no Docker engine answers: run `bash ci/docker-engine.sh` (as root)"
-        if os.environ.get("TF_RECIPES_STRICT") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return {}
-
-
-@pytest.fixture(scope="module")
-def cpu_base(engine):
-    """invoke images.bootstrap (once per machine), then images.cpu (cached after the first build).
-
-    Also sets the memlock choice for the runs: NVIDIA's flags ask for an unlimited memlock, which
-    some sandboxes refuse to raise; use the recommended flag wherever the host allows it."""
-    if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode != 0:
-        assert_ok(run_invoke("images.bootstrap", timeout=BUILD_TIMEOUT))
-    assert_ok(run_invoke("images.cpu", timeout=BUILD_TIMEOUT))
-    probe = docker("run", "--rm", "--ulimit", "memlock=-1", "tf-recipes/debian:bookworm", "true")
-    engine["INVOKE_TF_RECIPES_MEMLOCK"] = "-1" if probe.returncode == 0 else ""
-    return "tf-recipes/cpu-base:latest"
 
 
 def build_recipe(recipe):

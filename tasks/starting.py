@@ -1,0 +1,93 @@
+"""`invoke new NAME --from RECIPE`: start a recipe of your own from one of these."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from invoke import task
+
+from commands import launch, launch_files, scaffold
+from tasks import host
+
+MATRIX = os.path.join("ci", "nightly", "matrix.yaml")
+
+
+def source_files(folder: str) -> dict[str, str]:
+    """{path relative to the folder: text} of the files `invoke new` copies."""
+    files = {}
+    for directory, subdirectories, names in os.walk(folder):
+        subdirectories.sort()
+        for filename in sorted(names):
+            path = os.path.join(directory, filename)
+            relative = os.path.relpath(path, folder).replace(os.sep, "/")
+            if scaffold.copied(relative) and not relative.startswith("README.md"):
+                with open(path, encoding="utf-8") as handle:
+                    files[relative] = handle.read()
+    return files
+
+
+def write_folder(target: str, files: dict[str, str], executable: set[str]) -> None:
+    """All of `files` under `target`, or nothing: they are written beside it, then renamed into place."""
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}-", dir=os.path.dirname(target))
+    try:
+        for relative, text in files.items():
+            path = os.path.join(staging, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            if relative in executable:
+                os.chmod(path, 0o755)
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+@task(
+    positional=["name"],
+    auto_shortflags=False,
+    help={
+        "name": "the new recipe's name: lowercase letters, digits and hyphens (a folder, image and Kubernetes name)",
+        "from": "the recipe to start from (mnist-cnn for a classifier on small images, cassava-resnet for "
+                "transfer learning on photos, cityscapes-unet for segmentation)",
+        "add-to-nightly": "also add the recipe to ci/nightly/matrix.yaml, as a copy of the source's entry",
+        "dry": "list what would be written, write nothing",
+    },
+)
+def new(c, name, from_="mnist-cnn", add_to_nightly=False, dry=False):
+    """Create recipes/NAME from an existing recipe: renamed, with its own launch/ folder."""
+    source = from_
+    matrix_path = os.path.join(host.ROOT, MATRIX)
+    try:
+        scaffold.check_name(name, host.recipes(), source)
+        with open(matrix_path, encoding="utf-8") as handle:
+            matrix_text = handle.read()
+        entry = scaffold.matrix_entry(matrix_text, source, name)
+        new_matrix = scaffold.add_to_matrix(matrix_text, source, name) if add_to_nightly else None
+    except launch.LaunchError as error:
+        host.fail(str(error))
+    folder = os.path.join(host.ROOT, "recipes", source)
+    files = {path: scaffold.rename(text, source, name) for path, text in source_files(folder).items()}
+    files["README.md"] = scaffold.readme(name, source, _title(folder))
+    rendered = launch_files.launch_files(name)
+    files.update({f"{launch_files.FOLDER}/{filename}": text for filename, text in rendered.items()})
+    executable = {path for path in files if path.endswith((".sh", ".sbatch"))}
+    target = os.path.join(host.ROOT, "recipes", name)
+    for relative in sorted(files):
+        print(f"{'would write' if dry else 'wrote'} recipes/{name}/{relative}")
+    if new_matrix is not None:
+        print(f"{'would add' if dry else 'added'} {name} to {MATRIX}")
+    if dry:
+        return
+    write_folder(target, files, executable)
+    if new_matrix is not None:
+        host.write_atomically(matrix_path, new_matrix)
+    print("\n".join(["", *scaffold.next_steps(name, source, entry, added=new_matrix is not None)]))
+
+
+def _title(folder: str) -> str:
+    """The first line of the source recipe's train.py docstring, e.g. 'MNIST CNN: the smallest recipe'."""
+    with open(os.path.join(folder, "train.py"), encoding="utf-8") as handle:
+        first = handle.read().split('"""', 2)[1].strip().splitlines()[0]
+    return first.rstrip(".")

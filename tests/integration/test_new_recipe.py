@@ -1,0 +1,138 @@
+"""A recipe of one's own, started the two ways people start one:
+
+- `invoke new my-cnn --from mnist-cnn --add-to-nightly` in a copy of this repository: the new recipe
+  trains the same model under all four launchers on the host, builds its CPU image and trains in it,
+  passes `invoke launch-files --check` and is in `invoke nightly --dry`;
+- recipes/mnist-cnn plus common/ copied into an empty folder outside any checkout: its train.py runs
+  there, with nothing else of this repository.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import REPO, assert_ok, read_results
+from test_mnist_launchers import WEIGHT_ATOL, load_weights
+
+pytestmark = pytest.mark.slow
+NAME = "my-cnn"
+PARITY = ["--synthetic", "--max-steps", "10", "--no-dropout", "--log-every", "5", "--warmup-steps", "0"]
+LAUNCHERS = {"single": ["--launcher", "single", "--", "--batch-size", "32"],
+             "mirrored": ["--launcher", "mirrored", "--cpu-replicas", "2", "--", "--batch-size", "16"],
+             "multiworker": ["--launcher", "multiworker", "--cpu-replicas", "2", "--", "--batch-size", "16"],
+             "horovod": ["--launcher", "horovod", "--cpu-replicas", "2", "--", "--batch-size", "16"]}
+
+
+def checkout_files() -> list[str]:
+    """The files of this checkout as a clone would have them (tracked and new, not ignored)."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout
+    return [path for path in listed.split("\0") if path and os.path.isfile(REPO / path)]
+
+
+def invoke_in(root, *args, env=None, timeout=900):
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A copy of the repository with recipes/my-cnn made by `invoke new`."""
+    root = tmp_path_factory.mktemp("checkout") / "tf-recipes"
+    for path in checkout_files():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / path, root / path)
+    process = invoke_in(root, "new", NAME, "--from", "mnist-cnn", "--add-to-nightly")
+    assert_ok(process)
+    return root, process
+
+
+def test_the_new_recipe_is_the_source_renamed_with_next_steps(repo):
+    root, process = repo
+    folder = root / "recipes" / NAME
+    assert 'RECIPE = "my-cnn"' in (folder / "train.py").read_text()
+    assert "ARG RECIPE=my-cnn" in (folder / "Dockerfile").read_text()
+    assert (folder / "README.md").read_text().startswith("# my-cnn\n")
+    assert not [path for path in folder.rglob("*") if path.is_file() and "mnist-cnn" in path.read_text()
+                and path.name != "README.md"]
+    assert "next steps:" in process.stdout and f"invoke run {NAME}" in process.stdout
+    again = invoke_in(root, "new", NAME, "--from", "mnist-cnn")
+    assert again.returncode == 2 and again.stderr.strip() == f"error: recipes/{NAME} exists already; choose " \
+                                                            "another name or delete that folder"
+
+
+def test_its_launch_files_are_current(repo):
+    root, _ = repo
+    process = invoke_in(root, "launch-files", "--check")
+    assert_ok(process)
+    assert NAME in process.stdout
+
+
+def test_it_is_in_the_nightly(repo):
+    root, _ = repo
+    process = invoke_in(root, "nightly", "--tier", "cpu", "--only", NAME, "--dry")
+    assert_ok(process)
+    for launcher in ("single", "mirrored", "multiworker", "horovodrun", "mpirun"):
+        assert f"{NAME}/{launcher}/docker/cpu" in process.stdout, launcher
+    assert "mnist-cnn/" not in process.stdout
+
+
+@pytest.fixture(scope="module")
+def launcher_runs(repo, request):
+    root, _ = repo
+    runs = {}
+    for launcher, args in LAUNCHERS.items():
+        if launcher == "horovod":
+            request.getfixturevalue("require_horovod")
+        flags, train = args[:args.index("--")], args[args.index("--") + 1:]
+        results = root / "results" / launcher
+        process = invoke_in(root, "run", NAME, "--gpus", "0", *flags, "--runtime", "local", "--results-dir",
+                            str(results), "--", *PARITY, *train)
+        assert_ok(process)
+        runs[launcher] = results
+    return runs
+
+
+@pytest.mark.parametrize("launcher", ["mirrored", "multiworker", "horovod"])
+def test_it_trains_the_same_model_under_every_launcher(launcher_runs, launcher):
+    results = read_results(launcher_runs[launcher])
+    assert (results["recipe"], results["launcher"], results["replicas"], results["global_batch"]) == \
+        (NAME, launcher, 2, 32)
+    assert len(set(results["replica_fingerprints"])) == 1
+    single, split = load_weights(launcher_runs["single"]), load_weights(launcher_runs[launcher])
+    assert single.keys() == split.keys() and single
+    for key in single:
+        np.testing.assert_allclose(split[key], single[key], rtol=0, atol=WEIGHT_ATOL, err_msg=key)
+
+
+@pytest.mark.docker
+def test_it_builds_its_cpu_image_and_trains_in_it(repo, cpu_base, engine, tmp_path):
+    root, _ = repo
+    build = invoke_in(root, "build", NAME, "--base", "cpu", timeout=1800)
+    assert_ok(build)
+    labels = subprocess.run(["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", f"tf-recipes/{NAME}:cpu"],
+                            capture_output=True, text=True)
+    assert '"org.tf-recipes.recipe":"my-cnn"' in labels.stdout
+    process = invoke_in(root, "run", NAME, "--gpus", "0", "--runtime", "docker", "--base", "cpu", "--results-dir",
+                        str(tmp_path), "--", "--synthetic", "--max-steps", "3", env=engine)
+    assert_ok(process)
+    assert read_results(tmp_path)["recipe"] == NAME
+    subprocess.run(["docker", "image", "rm", f"tf-recipes/{NAME}:cpu"], capture_output=True)
+
+
+def test_a_recipe_folder_and_common_copied_out_of_the_repository_train(tmp_path):
+    """The copy documented in docs/starting.md: same layout, nothing else of the repository."""
+    project = tmp_path / "my-project"
+    shutil.copytree(REPO / "recipes" / "mnist-cnn", project / "recipes" / "mnist-cnn",
+                    ignore=shutil.ignore_patterns("__pycache__", "launch"))
+    shutil.copytree(REPO / "common", project / "common", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    process = subprocess.run([sys.executable, "recipes/mnist-cnn/train.py", "--synthetic", "--max-steps", "3",
+                              "--log-every", "1"], cwd=project, capture_output=True, text=True, timeout=600,
+                             env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert_ok(process)
+    results = read_results(project / "results" / "mnist-cnn")
+    assert results["steps"] == 3 and results["recipe"] == "mnist-cnn"
