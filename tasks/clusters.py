@@ -39,7 +39,7 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
            job_name=None, signal_grace=str(slurm.DEFAULT_SIGNAL_GRACE), requeue=False, out=None, dry=False):
     """Render an sbatch script that runs RECIPE on a SLURM cluster; arguments after -- go to train.py."""
     try:
-        host.check_recipe(recipe)
+        host.check_recipe(recipe, "sbatch")
         text = slurm.render_sbatch(
             recipe, launcher, nodes=launch.parse_count("--nodes", nodes),
             gpus_per_node=launch.parse_count("--gpus-per-node", gpus_per_node),
@@ -78,7 +78,7 @@ def k8s_manifests(c, recipe, launcher=None, kind=None, workers="2", gpus_per_wor
                   grace_period=str(k8s.GRACE_PERIOD), out=None, dry=False):
     """Render Kubernetes manifests that run RECIPE; arguments after -- go to train.py."""
     try:
-        host.check_recipe(recipe)
+        host.check_recipe(recipe, "k8s")
         documents = k8s.build_manifests(
             recipe, launcher=launcher, kind=kind, workers=launch.parse_count("--workers", workers),
             gpus_per_worker=launch.parse_count("--gpus-per-worker", gpus_per_worker),
@@ -121,7 +121,7 @@ def launch_files_task(c, recipe=None, check=False, dry=False):
     recipes = host.recipes()
     if recipe:
         try:
-            host.check_recipe(recipe)
+            host.check_recipe(recipe, "launch-files")
         except launch.LaunchError as error:
             host.fail(str(error))
         recipes = [recipe]

@@ -47,8 +47,18 @@ def recipes() -> list[str]:
     return sorted(name for name in os.listdir(folder) if os.path.isfile(os.path.join(folder, name, "train.py")))
 
 
-def check_recipe(recipe: str) -> None:
-    """A LaunchError naming the recipe and the choices, for a name that is not a recipe folder."""
+def help_for(value: str, task_name: str) -> None:
+    """`invoke TASK --help` for a task whose first argument is positional: invoke hands `--help` to
+    that argument, so the task shows its help itself, as `invoke --help TASK` does."""
+    if value in ("--help", "-h"):
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "invoke", "--search-root", ROOT, "--help", task_name])
+
+
+def check_recipe(recipe: str, task_name: str) -> None:
+    """A LaunchError naming the recipe and the choices, for a name that is not a recipe folder
+    (and the task's help for `invoke TASK --help`)."""
+    help_for(recipe, task_name)
     launch.check_choice("recipe", recipe, recipes())
 
 

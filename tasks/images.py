@@ -28,7 +28,7 @@ from tasks import host
 def build(c, recipe, base="ngc", runtime="docker", definition=False, ca_bundle=None, dry=False):
     """Build the image of RECIPE on the NGC or the CPU base image."""
     try:
-        host.check_recipe(recipe)
+        host.check_recipe(recipe, "build")
         launch.check_choice("base", base, contract.BASES)
         launch.check_choice("runtime", runtime, ("docker", "apptainer"))
     except launch.LaunchError as error:

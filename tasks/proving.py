@@ -36,7 +36,7 @@ def bench(c, recipe, replicas=None, launchers=",".join(LAUNCHERS), rounds="3", g
     from ci.bench import plan, report, runner
 
     try:
-        host.check_recipe(recipe)
+        host.check_recipe(recipe, "bench")
         gpus = launch.parse_count("--gpus", gpus)
         counts = plan.parse_replicas(replicas) if replicas else plan.default_replicas(gpus)
         rounds = launch.parse_count("--rounds", rounds)

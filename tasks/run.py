@@ -94,7 +94,7 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         nsys=False, dry=False):
     """Train RECIPE under a launcher; arguments after -- go to its train.py (see its --help)."""
     try:
-        host.check_recipe(recipe)
+        host.check_recipe(recipe, "run")
         launch.check_choice("runtime", runtime, RUNTIMES)
         gpus, cpu_replicas = launch.parse_count("--gpus", gpus), launch.parse_count("--cpu-replicas", cpu_replicas)
         launcher = launcher or ("single" if (gpus or cpu_replicas) == 1 else "mirrored")

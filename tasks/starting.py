@@ -59,6 +59,7 @@ def new(c, name, from_="mnist-cnn", add_to_nightly=False, dry=False):
     """Create recipes/NAME from an existing recipe: renamed, with its own launch/ folder."""
     source = from_
     matrix_path = os.path.join(host.ROOT, MATRIX)
+    host.help_for(name, "new")
     try:
         scaffold.check_name(name, host.recipes(), source)
         with open(matrix_path, encoding="utf-8") as handle:

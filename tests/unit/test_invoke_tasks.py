@@ -15,6 +15,24 @@ def test_tasks_are_listed_with_help():
     assert "--cpu-replicas" in helptext.stdout and "--dry" in helptext.stdout
 
 
+def positional_tasks() -> list[str]:
+    """Every task whose first argument is positional (invoke would hand it a --help)."""
+    from tasks import namespace
+    return sorted(name for name in namespace.task_names if namespace[name].positional)
+
+
+@pytest.mark.parametrize("name", positional_tasks())
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_task_help_after_the_task_name_shows_the_help(name, flag):
+    process = run_invoke(name, flag)
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.startswith(f"Usage: inv[oke] [--core-opts] {name} ") and "--dry" in process.stdout
+
+
+def test_every_task_whose_first_argument_is_positional_is_covered():
+    assert {"run", "build", "sbatch", "k8s", "bench", "new"} <= set(positional_tasks())
+
+
 @pytest.mark.parametrize("args,message", [
     (["run", "mnist"], "unknown recipe 'mnist'; choose one of: "),
     (["run", "mnist-cnn", "--launcher", "deepspeed"], "unknown launcher 'deepspeed'"),
