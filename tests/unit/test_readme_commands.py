@@ -29,6 +29,10 @@ RUN_BY = {
     "-m ci.bench.host_overhead": (
         "tests/integration/test_host_overhead.py::test_the_benchmark_runs_and_reports_every_loop",
         "the same module with fewer steps and rounds"),
+    # docs/starting.md
+    "~/my-project": (
+        "tests/integration/test_new_recipe.py::test_a_recipe_folder_and_common_copied_out_of_the_repository_train",
+        "copies recipes/mnist-cnn and common/ into an empty folder in this layout and runs train.py there"),
     # docs/running.md
     "tensorboard --logdir results/": (
         "tests/integration/test_tensorboard.py::test_tensorboard_lists_the_scalars_of_a_run",
@@ -126,8 +130,9 @@ def dry(args):
 def test_invoke_command_dry_runs(args):
     process = run_invoke(*dry(args), timeout=60)
     assert process.returncode == 0, process.stdout + process.stderr
-    # It printed what it would run: commands, a batch script or Kubernetes manifests.
-    assert "+ " in process.stdout or process.stdout.startswith(("#!/bin/bash", "apiVersion: "))
+    # It printed what it would run or write: commands, a batch script, Kubernetes manifests, files.
+    assert "+ " in process.stdout or "would write " in process.stdout or \
+        process.stdout.startswith(("#!/bin/bash", "apiVersion: "))
 
 
 def test_the_docs_are_read_and_show_invoke_commands():
