@@ -22,7 +22,7 @@ import pytest
 from commands.k8s import build_manifests
 from helpers import read_results
 from k8s_docker import docker, logs, pod_run_args, wait_for_exit
-from test_containers import build_recipe, cassava_data, cassava_image, cpu_base, engine, mnist_image  # noqa: F401
+from test_containers import build_recipe, cassava_data, cassava_image, mnist_image  # noqa: F401
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 RUN_TIMEOUT = 600

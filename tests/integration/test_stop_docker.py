@@ -9,7 +9,7 @@ import pytest
 
 from helpers import assert_ok, read_results, run_invoke
 from jobs import Job
-from test_containers import cpu_base, engine, mnist_image  # noqa: F401 (fixtures)
+from test_containers import mnist_image  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 STEPS = 60
