@@ -2,6 +2,7 @@
 
 - `setup.sh`, `test.sh`, `docker-engine.sh`, `slurm-cluster.sh`, `measure-image.sh`: set up a machine
   and run the test suite (`bash ci/test.sh --fast` for the unit tier, `bash ci/test.sh` for all).
+- `runner-preflight.sh`: what a self-hosted GPU runner needs, checked first by the nightly gpu job.
 - `ci.nightly`: the nightly container CI (`invoke nightly`): the matrix, its planning, the runner, the
   report and the issue filer.
 - `ci.bench`: the benchmarks (`invoke bench`, the host-overhead benchmark); their kept reports are in

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make a Docker engine answer on this machine, then say which client can build with BuildKit secrets.
 #
-# Idempotent: installs docker.io and debootstrap only if missing, starts dockerd only if no engine
+# Idempotent: installs docker.io, debootstrap and debian-archive-keyring only if missing, starts dockerd only if no engine
 # answers. Needs root for that (apt-get, dockerd). An engine that already answers (a GitHub runner, a
 # laptop with Docker) needs neither root nor docker.io: it is reported and reused; debootstrap (only
 # `invoke images.bootstrap` needs it) is then installed only when running as root.
@@ -32,6 +32,8 @@ if ! engine_answers; then
     command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 fi
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+# debootstrap checks bookworm's Release file with Debian's archive keys; Ubuntu (a GitHub runner) lacks them.
+[ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || missing+=(debian-archive-keyring)
 if [ "${#missing[@]}" -eq 0 ]; then
     log "nothing to install"
 elif ! is_root; then

@@ -37,6 +37,10 @@ class MatrixError(ValueError):
     """ci/nightly/matrix.yaml (or a --matrix file) that cannot be used; the message names the key."""
 
 
+class NothingToRun(MatrixError):
+    """A tier meant for GPUs (`gpus: true`) on a machine where none of its cells can run."""
+
+
 @dataclass(frozen=True)
 class Cell:
     recipe: str
@@ -227,6 +231,26 @@ def not_runnable(cell: Cell, facts: dict) -> str | None:
     if cell.base == "ngc" and not facts.get("ngc"):
         return "the NGC base image is neither here nor pullable"
     return None
+
+
+def needs_every_cell(matrix: Matrix, tier: str) -> bool:
+    """A tier that asks for GPUs (`gpus: true`) is run where they are: a cell it cannot run there is a
+    failure, not "not run here" as in the cpu tier."""
+    return bool(matrix.tiers[tier].get("gpus"))
+
+
+def nothing_runnable(cells: list[Cell], facts: dict, tier: str) -> str | None:
+    """The one-line reason when not one of the tier's cells can run here (None: some can)."""
+    reasons = [not_runnable(cell, facts) for cell in cells]
+    if not cells or not all(reasons):
+        return None
+    counted = ", ".join(f"{reasons.count(r)} {'cell' if reasons.count(r) == 1 else 'cells'}: {r}"
+                        for r in dict.fromkeys(reasons))
+    lacking = [what for what, missing in (("no GPU (nvidia-smi lists none)", not facts.get("gpus")),
+                                          ("no NGC base image", any(c.base == "ngc" for c in cells) and not facts.get("ngc")))
+               if missing]
+    return (f"tier {tier} ran nothing: none of its {len(cells)} cells can run on this machine"
+            f"{' (' + '; '.join(lacking) + ')' if lacking else ''}; {counted}")
 
 
 def infrastructure_error(output: str) -> str | None:

@@ -158,15 +158,18 @@ def write_all(report: dict, nights: list[dict], out: str) -> None:
 
 def render_matrix_table(matrix) -> str:
     """The README's launcher x runtime table: for each tier, which cells it has and which ran on
-    the CI machine (docker/cpu cells do; GPU, NGC and Apptainer cells are rendered, not run)."""
+    the CI machine (docker/cpu cells do; Apptainer cells of the cpu tier are listed as not run; a gpu
+    tier, which must run every cell, stops at once and red on a machine without GPUs)."""
     lines = ["| tier | recipes | launchers | runtime / base | run on the CI machine |", "|---|---|---|---|---|"]
     for tier, spec in matrix.tiers.items():
         for runtime in spec["runtimes"]:
             for base in spec["bases"]:
+                lacking = ", ".join(filter(None, (
+                    "needs GPUs" if spec.get("gpus") else "", "NGC base" if base == "ngc" else "",
+                    "Apptainer" if runtime == "apptainer" else "")))
                 here = ("yes" if runtime == "docker" and base == "cpu" and not spec.get("gpus")
-                        else "no: rendered and listed as not run (" + ", ".join(filter(None, (
-                            "needs GPUs" if spec.get("gpus") else "", "NGC base" if base == "ngc" else "",
-                            "Apptainer" if runtime == "apptainer" else ""))) + ")")
+                        else f"no: the tier stops at once, red ({lacking})" if spec.get("gpus")
+                        else f"no: rendered and listed as not run ({lacking})")
                 replicas = "one per GPU" if spec.get("gpus") else "CPU replicas"
                 lines.append(f"| `{tier}` | {', '.join(spec['recipes'])} | {', '.join(spec['launchers'])} "
                              f"({replicas}) | {runtime} / {base} | {here} |")

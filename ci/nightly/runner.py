@@ -24,6 +24,8 @@ from ci.nightly import report as nightly_report
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INVOKE = (sys.executable, "-m", "invoke")
 SLIM_BASE = "python:3.11-slim-bookworm"
+# What makes two runs the same night: GitHub keeps a workflow run's id across its re-runs.
+NIGHT_ID_VARIABLE = "GITHUB_RUN_ID"
 
 
 def say(message: str) -> None:
@@ -313,8 +315,10 @@ def prepare_all_data(matrix, cells, facts: dict, out: str) -> tuple[dict, dict]:
     return data_dirs, data_errors
 
 
-def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dirs: dict, data_errors: dict) -> dict:
-    """{cell id: report entry} for every cell: run and checked, or why it was not run."""
+def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dirs: dict, data_errors: dict,
+              every_cell: bool = False) -> dict:
+    """{cell id: report entry} for every cell: run and checked, or why it was not run (with
+    `every_cell`, a gpu tier's, a cell that cannot run here fails)."""
     env = {} if facts["memlock"] else {"INVOKE_TF_RECIPES_MEMLOCK": ""}
     entries = {}
     for index, cell in enumerate(cells, 1):
@@ -323,8 +327,9 @@ def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dir
                        or n.startswith(f"{cell.recipe}:{cell.base}")), None) or data_errors.get(cell.recipe)
         if why:
             data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
-            entry = cell_entry(cell, nightly.cell_command(cell, "RESULTS", data, ("invoke",)),
-                               status="not-run", reason=why)
+            command = nightly.cell_command(cell, "RESULTS", data, ("invoke",))
+            entry = (cell_entry(cell, command, problems=[f"not run, though its tier is meant to run it: {why}"])
+                     if every_cell else cell_entry(cell, command, status="not-run", reason=why))
         elif broken:
             entry = cell_entry(cell, [], problems=[broken])
         else:
@@ -359,11 +364,19 @@ def judge(entries: dict, cells, nights: list[dict], tier: str, rule: dict) -> li
     return found
 
 
+def history_name(record: dict) -> str:
+    """A record's file name: by its night id when it has one (a re-run of the night replaces its
+    record), else by its start time."""
+    if record.get("night"):
+        night = re.sub(r"[^\w.-]+", "-", str(record["night"]))
+        return f"night-{night}-{record['tier']}.json"
+    return datetime.datetime.fromisoformat(record["started"]).strftime("%Y%m%dT%H%M%SZ") + f"-{record['tier']}.json"
+
+
 def write_history(history: str, record: dict) -> None:
-    """Tonight's record in the history folder, named by its start time and tier."""
+    """Tonight's record in the history folder: one file per night and tier."""
     os.makedirs(history, exist_ok=True)
-    stamp = datetime.datetime.fromisoformat(record["started"]).strftime("%Y%m%dT%H%M%SZ")
-    with open(os.path.join(history, f"{stamp}-{record['tier']}.json"), "w") as handle:
+    with open(os.path.join(history, history_name(record)), "w") as handle:
         json.dump(record, handle, indent=1)
 
 
@@ -376,6 +389,8 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
         print_plan(matrix, cells, readme, out)
         return 0
     facts = machine_facts(cells, images, docker_answers)
+    if nightly.needs_every_cell(matrix, tier) and nightly.nothing_runnable(cells, facts, tier):
+        raise nightly.NothingToRun(nightly.nothing_runnable(cells, facts, tier))
     started = datetime.datetime.now(datetime.timezone.utc)
     shutil.rmtree(os.path.join(out, "cells"), ignore_errors=True)
     shutil.rmtree(os.path.join(out, "readme"), ignore_errors=True)
@@ -386,19 +401,22 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
 
     build_failed = build_images(cells, facts, images, out)
     data_dirs, data_errors = prepare_all_data(matrix, cells, facts, out)
-    entries = run_cells(matrix, cells, facts, out, build_failed, data_dirs, data_errors)
+    entries = run_cells(matrix, cells, facts, out, build_failed, data_dirs, data_errors,
+                        nightly.needs_every_cell(matrix, tier))
     add_parity(entries)
     for index, command in enumerate(readme):
         say(f"README: {command.match}")
         entries[command.id] = run_readme(command, out, index)
-    nights = read_history(history)
+    night_id = os.environ.get(NIGHT_ID_VARIABLE) or None
+    # An earlier attempt of this same night is replaced, not judged against nor plotted twice.
+    nights = [n for n in read_history(history) if not (night_id and n.get("night") == night_id and n.get("tier") == tier)]
     found = judge(entries, cells, nights, tier, matrix.regression)
 
     finished = datetime.datetime.now(datetime.timezone.utc)
     report = nightly_report.build_report(
         matrix, tier, entries, found, facts, started=started, finished=finished, command=command_line,
         matrix_path=os.path.relpath(matrix.path, ROOT) if matrix.path.startswith(ROOT) else matrix.path)
-    record = nightly_report.history_record(report)
+    record = {**nightly_report.history_record(report), **({"night": night_id} if night_id else {})}
     if history:
         write_history(history, record)
     nightly_report.write_all(report, [*nights, record], out)

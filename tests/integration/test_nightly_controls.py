@@ -4,14 +4,22 @@ summary and the JUnit file.
 The controls run a matrix of their own on the host (`--runtime local`, mnist-cnn on
 generated digits): a reference cell, a good 2-replica cell, one whose replicas desynchronise, one
 that trains a different model, one that exits non-zero, one slowed down against a stored history,
-a README command that fails, and a flaky infrastructure error. The matrix, the checks and the
-regression rule alone: tests/unit/test_nightly.py."""
+a README command that fails, and a flaky infrastructure error. The issue filer (ci/nightly/issues.py)
+is checked on the report that night wrote. The matrix, the checks and the regression rule alone:
+tests/unit/test_nightly.py.
+
+Also the gpu tier on this machine, which has no GPU: it must fail at once, saying why."""
 import json
+import re
+import shlex
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from helpers import run_invoke
+from ci.nightly import issues
+from helpers import REPO, run_invoke
 
 
 # -- negative controls: a real night that must be red, naming each bad cell --------------------------
@@ -125,3 +133,43 @@ def test_a_slowdown_against_the_stored_history_is_a_regression(controls):
     # Tonight joined the history, marked; the plot was drawn from it.
     assert len(list(history.glob("*.json"))) == 4
     assert (out / "history.png").stat().st_size > 10_000
+
+
+# -- the issue filer, on the report the control night wrote -------------------------------------------
+
+def test_the_issue_filer_opens_one_issue_per_really_failed_entry_with_its_command_as_one_line(controls):
+    _, report, out = controls["first"]
+    failed = [e for e in report["entries"] if e["status"] == "fail"]
+    assert {e["kind"] for e in failed} == {"cell", "readme"}, [e["id"] for e in failed]
+    actions = issues.plan(report, [], run_url="https://example.org/run/1")
+    assert [(a.verb, a.entry_id) for a in actions] == [("open", e["id"]) for e in failed]
+    for action, entry in zip(actions, failed):
+        assert entry["reason"].splitlines()[0] in action.body
+        fenced = re.findall(r"```\n(.*?)\n```", action.body, re.S)
+        assert len(fenced) == 1 and "\n" not in fenced[0], action.body
+        # A cell's command is a list of words in report.json, a README command its line.
+        expected = entry["command"] if isinstance(entry["command"], list) else shlex.split(entry["command"])
+        assert shlex.split(fenced[0]) == expected, (fenced[0], entry["command"])
+    # The command line, as the workflow's issues job runs it, on that same file.
+    (out / "open.json").write_text("[]")
+    process = subprocess.run([sys.executable, "-m", "ci.nightly.issues", str(out / "report.json"),
+                              "--open-issues", str(out / "open.json"), "--dry"], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+    assert process.returncode == 0, process.stderr
+    created = [line for line in process.stdout.splitlines() if line.startswith("gh issue create ")]
+    assert len(created) == len(failed)
+
+
+# -- the gpu tier on a machine without GPUs ------------------------------------------------------------
+
+def test_the_gpu_tier_fails_at_once_on_a_machine_without_gpus_saying_why(tmp_path):
+    """This machine has no nvidia-smi and no NGC image: the gpu tier can run none of its cells, so it
+    stops before building or training anything, non-zero, with the reason in one line."""
+    process = run_invoke("nightly", "--tier", "gpu", "--out", str(tmp_path / "out"), timeout=120)
+    assert process.returncode == 2, process.stdout[-2000:] + process.stderr[-2000:]
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in process.stderr, process.stderr
+    assert lines[0].startswith("error: tier gpu ran nothing: none of its ")
+    assert "(no GPU (nvidia-smi lists none); no NGC base image)" in lines[0]
+    assert "needs 1 GPU(s); this machine has 0" in lines[0]
+    assert not (tmp_path / "out").exists()  # nothing built, nothing run, no report

@@ -146,3 +146,63 @@ def test_dry_lists_every_cell_with_its_command_and_runs_nothing(tmp_path):
     assert_ok(process)
     assert process.stdout.count("invoke run ") == len(nightly.expand(MATRIX, "gpu"))
     assert not any(tmp_path.iterdir())
+
+
+# -- the gpu tier runs where its GPUs are ---------------------------------------------------------
+
+def test_a_gpu_tier_where_no_cell_can_run_names_why_in_one_line():
+    cells = nightly.expand(MATRIX, "gpu")
+    assert nightly.needs_every_cell(MATRIX, "gpu") and not nightly.needs_every_cell(MATRIX, "cpu")
+    reason = nightly.nothing_runnable(cells, {"docker": True, "gpus": 0, "ngc": False}, "gpu")
+    assert "\n" not in reason and reason.startswith(f"tier gpu ran nothing: none of its {len(cells)} cells")
+    assert "no GPU (nvidia-smi lists none)" in reason and "no NGC base image" in reason
+    assert "needs 1 GPU(s); this machine has 0" in reason
+    # Eight GPUs, the NGC image and Apptainer: every cell can run, so nothing to say.
+    assert nightly.nothing_runnable(cells, {"docker": True, "apptainer": True, "gpus": 8, "ngc": True}, "gpu") is None
+
+
+def test_in_a_gpu_tier_a_cell_that_cannot_run_fails_and_in_the_cpu_tier_it_is_not_run(tmp_path):
+    from ci.nightly import runner
+
+    facts = {"docker": True, "apptainer": False, "gpus": 0, "ngc": False, "memlock": True}
+    for tier, every_cell, status in (("gpu", True, "fail"), ("cpu", False, "not-run")):
+        cells = [c for c in nightly.expand(MATRIX, tier) if c.runtime == "apptainer" or c.gpus][:2]
+        entries = runner.run_cells(MATRIX, cells, facts, str(tmp_path), {}, {}, {}, every_cell)
+        assert [e["status"] for e in entries.values()] == [status] * len(cells), entries
+    assert all("not run, though its tier is meant to run it" in e["problems"][0] for e in
+               runner.run_cells(MATRIX, nightly.expand(MATRIX, "gpu")[:1], facts, str(tmp_path), {}, {}, {}, True).values())
+
+
+# -- the history: one record per night --------------------------------------------------------------
+
+def test_a_rerun_of_the_same_night_replaces_its_history_record(tmp_path):
+    from ci.nightly import runner
+
+    first = {"started": "2026-11-22T02:17:00+00:00", "tier": "cpu", "night": "4711", "passed": False, "cells": {}}
+    rerun = {**first, "started": "2026-11-22T05:00:00+00:00", "passed": True}
+    runner.write_history(str(tmp_path), first)
+    runner.write_history(str(tmp_path), rerun)
+    assert [n["started"] for n in runner.read_history(str(tmp_path))] == [rerun["started"]]
+    # Another night, or the other tier of the same run, is a record of its own.
+    runner.write_history(str(tmp_path), {**first, "night": "4712"})
+    runner.write_history(str(tmp_path), {**first, "tier": "gpu"})
+    assert len(runner.read_history(str(tmp_path))) == 3
+    # Without a night id (a night run by hand), records are told apart by their start time.
+    runner.write_history(str(tmp_path), {k: v for k, v in first.items() if k != "night"})
+    assert len(list(tmp_path.glob("*.json"))) == 4
+
+
+# -- report.json's consumers, on the report the cpu night really wrote ------------------------------
+
+def test_the_kept_summary_and_junit_file_are_what_the_renderers_make_of_the_kept_report(tmp_path):
+    """docs/nightly/cpu: report.json as `invoke nightly --tier cpu` wrote it, and the files rendered from it."""
+    import json
+
+    kept = REPO / "docs" / "nightly" / "cpu"
+    report = json.loads((kept / "report.json").read_text())
+    assert nightly_report.render_summary(report) == (kept / "summary.md").read_text()
+    assert nightly_report.render_junit(report) == (kept / "junit.xml").read_text()
+    record = nightly_report.history_record(report)
+    assert set(record["cells"]) == {e["id"] for e in report["entries"] if e["kind"] == "cell"}
+    nightly_report.plot_history([record], report["tier"], str(tmp_path / "history.png"))
+    assert (tmp_path / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -107,7 +107,7 @@ def test_zizmor_finds_nothing():
     ("ci.yml", "actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1", "actions/checkout@v7", "unpinned-uses"),
     # A branch name is attacker-chosen text; expanded into a script, it runs.
     ("ci.yml", 'run: sudo env "PATH=$PATH" bash .ci/run', 'run: echo "${{ github.head_ref }}"', "template-injection"),
-    ("nightly.yml", "    permissions:\n      contents: read\n      issues: write  # ci/nightly/issues.py, on scheduled nights only\n",
+    ("nightly.yml", "    permissions:\n      contents: read\n      issues: write\n",
      "    permissions: write-all\n", "excessive-permissions"),
 ], ids=["unpinned", "injection", "write-all"])
 def test_zizmor_fails_a_risky_copy(tmp_path, name, old, new, audit):
@@ -180,16 +180,73 @@ def test_no_expression_is_expanded_into_a_script(path):
         assert "${{" not in step.get("run", ""), f"{path.name}: job {job_id}, step {step.get('name')}"
 
 
+def test_ci_runs_on_main_and_pull_requests_and_cancels_only_a_pull_requests_older_run():
+    workflow = load(WORKFLOWS / "ci.yml")
+    assert workflow["on"] == {"push": {"branches": ["main"]}, "pull_request": None}
+    assert workflow["concurrency"] == {"group": "ci-${{ github.ref }}",
+                                       "cancel-in-progress": "${{ github.event_name == 'pull_request' }}"}
+
+
+def test_each_nightly_job_has_a_concurrency_group_of_its_own():
+    """A workflow-wide group would hold tomorrow's cpu night behind a gpu job queued for an offline runner."""
+    workflow = load(WORKFLOWS / "nightly.yml")
+    assert "concurrency" not in workflow
+    groups = {job_id: job["concurrency"]["group"] for job_id, job in workflow["jobs"].items()}
+    assert groups == {job_id: f"nightly-{job_id}-${{{{ github.ref }}}}" for job_id in ("cpu", "gpu", "issues")}
+    assert all(job["concurrency"]["cancel-in-progress"] is False for job in workflow["jobs"].values())
+
+
+def test_issues_are_filed_by_a_job_of_their_own_the_only_one_that_may_write():
+    jobs = load(WORKFLOWS / "nightly.yml")["jobs"]
+    job = jobs["issues"]
+    assert job["runs-on"] == "ubuntu-24.04" and job["needs"] == ["cpu", "gpu"]
+    assert job["if"] == "${{ always() && github.event_name == 'schedule' && github.actor != 'nektos/act' }}"
+    assert job["permissions"] == {"contents": "read", "issues": "write"}
+    assert [j for j, other in jobs.items() if other.get("permissions", {}).get("issues")] == ["issues"]
+    download = next(step for step in job["steps"] if "download-artifact" in step.get("uses", ""))
+    assert download["with"]["pattern"] == "nightly-report-*"
+    run = next(step for step in job["steps"] if "ci.nightly.issues" in step.get("run", ""))
+    assert download["with"]["path"] + "/nightly-report-*/report.json" in run["run"]
+    uploaded = {step["with"]["name"] for j in ("cpu", "gpu") for step in jobs[j]["steps"]
+                if "upload-artifact" in step.get("uses", "")}
+    assert uploaded == {"nightly-report-cpu", "nightly-report-gpu"}
+    assert not any("ci.nightly.issues" in step.get("run", "") for j in ("cpu", "gpu") for step in jobs[j]["steps"])
+
+
 @pytest.mark.parametrize("path", workflow_files(), ids=lambda p: p.name)
-def test_every_workflow_limits_concurrency(path):
-    assert "group" in load(path)["concurrency"]
+def test_every_upload_overwrites_the_artifact_of_an_earlier_attempt(path):
+    uploads = [step for _, step in steps(load(path)) if "upload-artifact" in step.get("uses", "")]
+    assert all(step["with"].get("overwrite") is True for step in uploads), uploads
+
+
+def test_the_gpu_job_checks_its_runner_first_and_keeps_its_venv():
+    gpu = load(WORKFLOWS / "nightly.yml")["jobs"]["gpu"]["steps"]
+    assert gpu[0]["name"] == "Runner preflight" and "bash ci/runner-preflight.sh" in gpu[0]["run"]
+    checkout = next(i for i, step in enumerate(gpu) if "actions/checkout" in step.get("uses", ""))
+    assert gpu[checkout]["with"]["clean"] is False
+    # A runner's first night has no kept checkout: the preflight then runs right after the checkout.
+    assert gpu[checkout + 1]["run"] == "bash ci/runner-preflight.sh"
+    assert gpu[checkout + 1]["if"] == "${{ steps.preflight.outputs.ran != 'true' }}"
+
+
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yml")) + sorted((REPO / "ci").glob("*.sh")),
+                         ids=lambda p: p.name)
+def test_debootstrap_is_installed_with_debians_archive_keys(path):
+    """On Ubuntu (GitHub's runners) debootstrap cannot check bookworm's signatures without them."""
+    for line in path.read_text().splitlines():
+        if re.search(r"(apt-get install|missing\+=).*debootstrap", line):
+            assert "debian-archive-keyring" in line or "debian-archive-keyring" in path.read_text(), line
+    if "missing+=(debootstrap)" in path.read_text():
+        assert "missing+=(debian-archive-keyring)" in path.read_text()
 
 
 def test_both_nightly_jobs_run_invoke_nightly_with_their_tier():
     jobs = load(WORKFLOWS / "nightly.yml")["jobs"]
-    assert set(jobs) == {"cpu", "gpu"}
+    assert set(jobs) == {"cpu", "gpu", "issues"}
     tiers = {}
     for job_id, job in jobs.items():
+        if job_id == "issues":
+            continue
         runs = [step["run"] for step in job["steps"] if "invoke nightly" in step.get("run", "")]
         assert len(runs) == 1, f"job {job_id} should call invoke nightly once"
         command = runs[0]
@@ -226,16 +283,17 @@ def test_every_step_that_needs_github_is_skipped_under_act():
 def test_reports_are_published_even_when_the_night_is_red():
     for job_id, step in steps(load(WORKFLOWS / "nightly.yml")):
         run, uses = step.get("run", ""), step.get("uses", "")
-        if "GITHUB_STEP_SUMMARY" in run or "ci.nightly.issues" in run or "upload-artifact" in uses \
-                or "cache/save" in uses:
+        # The issue step runs in a job of its own, which runs `always()` after both nights.
+        if "GITHUB_STEP_SUMMARY" in run or "upload-artifact" in uses or "cache/save" in uses:
             assert "always()" in step["if"], f"job {job_id}, step {step['name']}"
         if "ci.nightly.issues" in run:
-            assert "github.event_name == 'schedule'" in step["if"]
             assert step["env"]["GH_TOKEN"] == "${{ github.token }}"
 
 
 def test_history_is_restored_by_prefix_and_saved_under_a_key_of_its_own():
     for job_id, job in load(WORKFLOWS / "nightly.yml")["jobs"].items():
+        if job_id == "issues":
+            continue
         by_action = {step["uses"].split("@")[0]: step["with"] for step in job["steps"] if "uses" in step}
         restore, save = by_action["actions/cache/restore"], by_action["actions/cache/save"]
         assert restore["key"] == save["key"] and "github.run_id" in save["key"]
@@ -363,3 +421,70 @@ def test_the_planner_reads_a_report_that_invoke_nightly_really_wrote():
     actions = issues.plan(report, [{"number": 9, "title": issues.issue_title(cell["id"])}], "https://example/run")
     assert [(a.verb, a.number) for a in actions] == [("close", 9)]
     assert f"```\n{shlex.join(cell['command'])}\n```" in actions[0].body
+
+
+# -- ci/runner-preflight.sh: what a self-hosted gpu runner needs -------------------------------------
+
+def preflight(env=None) -> subprocess.CompletedProcess:
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("RUNNER_VERSION", "RUNNER_WORKSPACE")}
+    return subprocess.run(["bash", str(REPO / "ci" / "runner-preflight.sh")], capture_output=True, text=True,
+                          timeout=60, env={**clean, **(env or {})})
+
+
+def test_the_preflight_fails_on_this_machine_naming_each_missing_requirement_in_a_line():
+    """This machine has no NVIDIA container toolkit and is no runner: both are named, one line each."""
+    process = preflight()
+    assert process.returncode == 1, output(process)
+    missing = process.stderr.splitlines()
+    assert all(line.startswith(("missing: ", "preflight: ")) for line in missing), missing
+    assert any(line.startswith("missing: NVIDIA container toolkit: ") for line in missing), missing
+    assert any(line.startswith("missing: runner version: unknown") for line in missing), missing
+    assert missing[-1] == f"preflight: {len(missing) - 1} requirement(s) missing on this runner"
+    assert all(line.startswith("ok: ") for line in process.stdout.splitlines()), process.stdout
+    # python3 with venv is here (it made .venv): said to be there, not missing.
+    assert any(line.startswith("ok: python3 ") for line in process.stdout.splitlines()), process.stdout
+
+
+def test_the_preflight_reads_the_runner_version_and_the_free_disk_it_wants():
+    new_enough = preflight({"RUNNER_VERSION": "2.327.1"})
+    assert "ok: runner version 2.327.1" in new_enough.stdout, output(new_enough)
+    too_old = preflight({"RUNNER_VERSION": "2.326.9", "PREFLIGHT_MIN_FREE_GB": "100000000"})
+    lines = too_old.stderr.splitlines()
+    assert "missing: runner version: 2.326.9 is older than 2.327.1, which node24 actions need; update the runner" in lines
+    assert any(line.startswith("missing: disk: ") and "want 100000000" in line for line in lines), lines
+
+
+def test_the_preflight_asks_a_runners_own_files_for_its_version(tmp_path):
+    listener = tmp_path / "runner" / "bin" / "Runner.Listener"
+    listener.parent.mkdir(parents=True)
+    listener.write_text("#!/bin/sh\necho 2.328.0\n")
+    listener.chmod(0o755)
+    process = preflight({"RUNNER_WORKSPACE": str(tmp_path / "runner" / "_work" / "tf-recipes")})
+    assert "ok: runner version 2.328.0" in process.stdout, output(process)
+
+
+# -- ci/setup.sh: the compiler Horovod is built with ------------------------------------------------
+
+def compiler_choice(tmp_path, *tools) -> str:
+    """ci/setup.sh --print-compiler with a PATH that holds only `dirname` and stand-ins for TOOLS."""
+    import shutil
+
+    folder = tmp_path / "-".join(tools or ("none",))
+    folder.mkdir()
+    (folder / "dirname").symlink_to(shutil.which("dirname"))
+    for name in tools:
+        (folder / name).write_text("#!/bin/sh\nexit 0\n")
+        (folder / name).chmod(0o755)
+    process = subprocess.run(["/bin/bash", str(REPO / "ci" / "setup.sh"), "--print-compiler"], capture_output=True,
+                             text=True, timeout=60, env={"PATH": str(folder)})
+    assert process.returncode == 0, output(process)
+    return process.stdout.strip()
+
+
+def test_horovod_is_compiled_with_gcc_12_where_it_is_installed_else_with_the_default(tmp_path):
+    assert compiler_choice(tmp_path, "gcc-12", "g++-12", "g++-13") == "gcc-12 g++-12"
+    assert compiler_choice(tmp_path, "g++-13", "g++") == "default"
+    assert compiler_choice(tmp_path, "g++-12") == "default"  # no C compiler of the same version
+    assert compiler_choice(tmp_path) == "default"
