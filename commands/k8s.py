@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import yaml
 
 from commands.containers import CONTAINER_DATA_DIR, CONTAINER_RESULTS_DIR, CONTAINER_WORKDIR
-from commands.launch import LaunchError, build_launch, build_train_command, check_choice, launch_environment
+from commands.launch import (LaunchError, build_launch, build_train_command, check_choice, launch_environment,
+                             shell_join)
 from common import contract
 from common.contract import EXIT_STOPPED
 
@@ -107,6 +108,18 @@ class _Job:
     volumes: list
     mounts: list
     grace_period: int
+    preflight: bool = False
+
+    def preflight_args(self) -> list[str]:
+        """`python -m common.preflight`'s arguments: the job's results folder, the default deadline."""
+        return ["--deadline", str(contract.PREFLIGHT_DEFAULT_DEADLINE),
+                "--results-dir", f"{CONTAINER_RESULTS_DIR}/{self.name}"]
+
+    def command(self, command: list[str], preflight: list[str]) -> list[str]:
+        """The container's command, after the preflight check when asked for: `bash -c 'CHECK && exec COMMAND'`."""
+        if not self.preflight:
+            return list(command)
+        return ["/bin/bash", "-c", f"{shell_join(preflight)} && exec {shell_join(command)}"]
 
     @property
     def resources(self) -> dict | None:
@@ -166,7 +179,10 @@ def _mpijob(job: _Job, horovod_runner: str, ssh_auth_mount_path: str) -> list[di
     plan = build_launch(job.recipe, "horovod", gpus=job.gpus_per_worker, train_args=job.train_args,
                         horovod_runner=horovod_runner, hostfile="/etc/mpi/hostfile",
                         hostfile_nodes=job.workers, ssh_options=SSH_OPTIONS)
-    launcher_container = _container("launcher", job.image, plan.argv, env=plan.env)
+    check = build_launch(job.recipe, "horovod", gpus=job.gpus_per_worker, train_args=job.preflight_args(),
+                         horovod_runner=horovod_runner, hostfile="/etc/mpi/hostfile", hostfile_nodes=job.workers,
+                         ssh_options=SSH_OPTIONS, module=contract.PREFLIGHT_MODULE)
+    launcher_container = _container("launcher", job.image, job.command(plan.argv, check.argv), env=plan.env)
     # Host keys may be missing from an image; secrets mounted as .ssh fail sshd's StrictModes.
     sshd = "ssh-keygen -A && mkdir -p /run/sshd && exec /usr/sbin/sshd -De -o StrictModes=no"
     worker_container = _container("worker", job.image, ["/bin/bash", "-c", sshd], resources=job.resources,
@@ -188,8 +204,14 @@ def _mpijob(job: _Job, horovod_runner: str, ssh_auth_mount_path: str) -> list[di
     }]
 
 
+def _multiworker_command(job: _Job) -> list[str]:
+    return job.command(build_train_command(job.recipe, "multiworker", job.train_args),
+                       build_train_command(job.recipe, "multiworker", job.preflight_args(),
+                                           module=contract.PREFLIGHT_MODULE))
+
+
 def _tfjob(job: _Job) -> list[dict]:
-    command = build_train_command(job.recipe, "multiworker", job.train_args)
+    command = _multiworker_command(job)
     container = _container("tensorflow", job.image, command, env=launch_environment(job.gpus_per_worker),
                            ports=[{"name": "tfjob-port", "containerPort": WORKER_PORT}],
                            resources=job.resources, mounts=job.mounts)
@@ -206,7 +228,7 @@ def _tfjob(job: _Job) -> list[dict]:
 
 
 def _indexed_job(job: _Job, namespace: str | None, resolve_timeout: int) -> list[dict]:
-    command = build_train_command(job.recipe, "multiworker", job.train_args)
+    command = _multiworker_command(job)
     env = {**launch_environment(job.gpus_per_worker),
            contract.INDEXED_JOB_WORKERS: job.workers,
            contract.INDEXED_JOB_HOST_PATTERN: f"{job.name}-{{index}}.{job.name}",  # pod hostname . Service
@@ -243,8 +265,13 @@ def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | Non
                     results: str = "tf-recipes-results", namespace: str | None = None, name: str | None = None,
                     train_args=(), horovod_runner: str = "mpirun", grace_period: int = GRACE_PERIOD,
                     ssh_auth_mount_path: str = "/root/.ssh",
-                    resolve_timeout: int = int(contract.INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT)) -> list[dict]:
+                    resolve_timeout: int = int(contract.INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT),
+                    preflight: bool = False) -> list[dict]:
     """The Kubernetes objects that run `recipe` on `workers` pods with `gpus_per_worker` GPUs each.
+
+    `preflight`: every container that starts train.py first runs `python -m common.preflight` with
+    the same launcher (the MPIJob's launcher pod a first mpirun, each multiworker pod a first
+    process), as `bash -c 'CHECK && exec TRAIN'`; a broken cluster ends the pod with status 4.
 
     `data` and `results` are PersistentVolumeClaim names or absolute host paths; the data volume is
     mounted read-only at /data, the results volume at /results, and the job writes to
@@ -256,7 +283,7 @@ def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | Non
                    image=image, grace_period=grace_period, results=results)
     volumes, mounts = _volumes(data, results)
     job = _Job(recipe, name, _metadata(name, namespace, recipe), image, workers, gpus_per_worker,
-               _train_args(train_args, name, data), volumes, mounts, grace_period)
+               _train_args(train_args, name, data), volumes, mounts, grace_period, preflight)
     if kind == "mpijob":
         return _mpijob(job, horovod_runner, ssh_auth_mount_path)
     if kind == "tfjob":

@@ -10,6 +10,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from common import contract
 from common.contract import HOROVOD_RUNNERS, LAUNCHERS
 
 
@@ -61,7 +62,7 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
                  python: str = "python", horovodrun: str = "horovodrun",
                  nsys_output: str | None = None, hosts=(), node_index: int = 0,
                  port_base: int = 23456, hostfile: str | None = None, hostfile_nodes: int = 0,
-                 ssh_options=()) -> LaunchPlan:
+                 ssh_options=(), module: str | None = None) -> LaunchPlan:
     """The argv and environment that run `recipe` under `launcher` on one node.
 
     `hosts` (two or more) makes a job of several nodes without a scheduler: multiworker runs the
@@ -75,6 +76,9 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
 
     `nsys_output` (a folder) wraps every training process in Nsight Systems' `nsys profile`, one
     report per process (%p is its pid), inside whatever starts the processes.
+
+    `module` (such as common.contract.PREFLIGHT_MODULE) starts `python -m MODULE` in every process
+    instead of the recipe's train.py, with the same launcher, processes and environment.
     """
     check_choice("launcher", launcher, LAUNCHERS)
     check_choice("horovod runner", horovod_runner, HOROVOD_RUNNERS)
@@ -87,11 +91,12 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     if hostfile and (launcher != "horovod" or hosts or hostfile_nodes < 1):
         raise LaunchError("a hostfile is for --launcher horovod without --hosts, with its node count")
     nodes = hostfile_nodes if hostfile else max(len(hosts), 1)
-    train = build_train_command(recipe, launcher, train_args, python=python)
+    train = build_train_command(recipe, launcher, train_args, python=python, module=module)
     if nsys_output:
         train = ["nsys", "profile", "--trace=cuda,cudnn,cublas,nvtx,osrt", "--force-overwrite=true",
                  "--output", f"{nsys_output}/nsys-{launcher}-%p", *train]
-    env = launch_environment(gpus)
+    # single and mirrored: one process uses every GPU; multiworker and horovod: one GPU per process.
+    env = launch_environment(gpus, gpus if launcher in ("single", "mirrored") else min(gpus, 1))
 
     if launcher == "single":
         argv = train
@@ -139,16 +144,22 @@ def echo_line(argv, env=None) -> str:
     return f"+ {prefix + ' ' if prefix else ''}{shlex.join(argv)}"
 
 
-def build_train_command(recipe: str, launcher: str, train_args=(), python: str = "python") -> list[str]:
-    """One training process: what every launcher, scheduler task (srun) and pod finally runs."""
+def build_train_command(recipe: str, launcher: str, train_args=(), python: str = "python",
+                        module: str | None = None) -> list[str]:
+    """One training process: what every launcher, scheduler task (srun) and pod finally runs
+    (`python -m MODULE` instead of the recipe's train.py when `module` is given)."""
     check_choice("launcher", launcher, LAUNCHERS)
-    return [python, f"recipes/{recipe}/train.py", "--launcher", launcher, *train_args]
+    program = ["-m", module] if module else [f"recipes/{recipe}/train.py"]
+    return [python, *program, "--launcher", launcher, *train_args]
 
 
-def launch_environment(gpus: int) -> dict[str, str]:
+def launch_environment(gpus: int, gpus_per_process: int | None = None) -> dict[str, str]:
     """The environment every launcher adds. No GPU asked for: hide any that exist, so that --gpus 0
-    means the same run everywhere."""
-    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), "TF_CPP_MIN_LOG_LEVEL": "1"}
+    means the same run everywhere. GPUS_PER_PROCESS_ENV (default: `gpus`, one process) is what each
+    training process checks TensorFlow's GPUs against before it builds anything."""
+    per_process = gpus if gpus_per_process is None else gpus_per_process
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus)), "TF_CPP_MIN_LOG_LEVEL": "1",
+            contract.GPUS_PER_PROCESS_ENV: str(per_process)}
 
 
 def container_name(recipe: str, results_dir: str, suffix: str = "") -> str:

@@ -21,7 +21,8 @@ import re
 import shlex
 
 from commands.launch import LaunchError, ShellWord, build_train_command, check_choice, shell_join
-from common.contract import EXIT_STOPPED, LAUNCHERS
+from common import contract
+from common.contract import EXIT_STOPPED, LAUNCHERS, PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_MODULE
 
 DEFAULT_SIGNAL_GRACE = 120
 
@@ -88,16 +89,17 @@ def _directives(launcher: str, *, job_name: str, nodes: int, gpus_per_node: int,
 
 
 def _srun_command(recipe: str, launcher: str, train_args, *, gpus_per_node: int, sif: str | None,
-                  container_image: str | None, data_dir: str | None) -> str:
-    """The srun line: every task runs train.py, on the host, in Apptainer or through Pyxis."""
+                  container_image: str | None, data_dir: str | None, module: str | None = None) -> str:
+    """The srun line: every task runs train.py (or `python -m MODULE`, the preflight check), on the
+    host, in Apptainer or through Pyxis."""
     inside = bool(sif or container_image)
     train_args = list(train_args)
-    if "--resume" not in train_args:
+    if "--resume" not in train_args and not module:
         train_args.append("--resume")  # no checkpoint yet: starts at step 0; after a requeue: resumes
     train_args += ["--results-dir", "/results" if inside else ShellWord('"$RESULTS"')]
-    if data_dir:
+    if data_dir and not module:
         train_args += ["--data-dir", "/data" if inside else data_dir]
-    train = build_train_command(recipe, launcher, train_args)
+    train = build_train_command(recipe, launcher, train_args, module=module)
     srun = ["srun", "--kill-on-bad-exit=1"] + (["--mpi=pmix"] if launcher == "horovod" else [])
     if sif:
         binds = ["--bind", ShellWord('"$RESULTS":/results')] + (["--bind", f"{data_dir}:/data:ro"] if data_dir else [])
@@ -136,8 +138,12 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
                   sif: str | None = None, container_image: str | None = None, data_dir: str | None = None,
                   time: str = "01:00:00", partition: str | None = None, account: str | None = None,
                   job_name: str | None = None, cpus_per_task: int = 8, tasks_per_node: int | None = None,
-                  signal_grace: int = DEFAULT_SIGNAL_GRACE, requeue: bool = False) -> str:
-    """The text of an sbatch script; submit it from the repository root with `sbatch FILE`."""
+                  signal_grace: int = DEFAULT_SIGNAL_GRACE, requeue: bool = False, preflight: bool = False,
+                  preflight_deadline: int = PREFLIGHT_DEFAULT_DEADLINE) -> str:
+    """The text of an sbatch script; submit it from the repository root with `sbatch FILE`.
+
+    `preflight`: a first step, with the same srun and container flags, runs `python -m
+    common.preflight` in every task; the job ends there (status 4) when the cluster is broken."""
     job_name = f"tf-recipes-{recipe}" if job_name is None else job_name
     check_sbatch_fields(time=time, job_name=job_name, partition=partition, account=account,
                         signal_grace=signal_grace)
@@ -156,6 +162,9 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         'cd "${SLURM_SUBMIT_DIR}"',
         f'RESULTS="$PWD/results/{recipe}/slurm-${{SLURM_JOB_ID}}"',
         'mkdir -p "$RESULTS"',
+        "# The GPUs each task must see; train.py stops with one line (status 2) when TensorFlow sees fewer.",
+        f"export {contract.GPUS_PER_PROCESS_ENV}="
+        f"{gpus_per_node if launcher in ('single', 'mirrored') else min(gpus_per_node, 1)}",
     ]
     if not (sif or container_image):
         lines.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"')
@@ -164,6 +173,16 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         lines.append("# gives each task its GPU. The chief (task 0) writes results.json.")
     elif launcher == "horovod":
         lines.append("# Each task is one Horovod rank (MPI through PMIx); rank 0 writes results.json.")
+    if preflight:
+        check = _srun_command(recipe, launcher, ["--deadline", str(preflight_deadline), "--run-id",
+                                                 ShellWord('"$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}"')],
+                              gpus_per_node=gpus_per_node, sif=sif, container_image=container_image,
+                              data_dir=data_dir, module=PREFLIGHT_MODULE)
+        lines += [
+            "# Preflight: every task reports its host, devices and versions, one all-reduce is checked, and",
+            f"# the job stops here (status 4, naming the tasks) if that fails within {preflight_deadline} s.",
+            f"{check} || exit $?",
+        ]
     lines += [
         "# --kill-on-bad-exit=1: when one task fails, srun ends the others instead of leaving them waiting.",
         "status=0",

@@ -20,6 +20,7 @@ import contextlib
 import faulthandler
 import hashlib
 import os
+import re
 import shutil
 import socket
 import time
@@ -27,7 +28,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from common.contract import COLLECTIVES, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS, ClusterError, UserError
+from common.contract import (COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS,
+                             ClusterError, GpuMismatchError, UserError)
 from common.data import InputShard, eval_share
 from common.spawn import check_tf_config
 
@@ -321,6 +323,25 @@ def wait_for_peers(addresses: list[str], own: int, seconds: float) -> None:
         listener.close()  # TensorFlow's server takes the port over
 
 
+def check_slurm_environment(environ) -> None:
+    """The SLURM variables the cluster resolver reads, checked first: a LauncherError naming the value."""
+    counts = {}
+    for name, minimum in (("SLURM_PROCID", 0), ("SLURM_STEP_NUM_TASKS", 1)):
+        text = environ.get(name, "")
+        if not text.strip().isdigit() or int(text) < minimum:
+            raise LauncherError(f"{name}={text!r} is not a whole number >= {minimum}; run the workers with srun")
+        counts[name] = int(text)
+    if counts["SLURM_PROCID"] >= counts["SLURM_STEP_NUM_TASKS"]:
+        raise LauncherError(f"SLURM_PROCID={counts['SLURM_PROCID']} is not below "
+                            f"SLURM_STEP_NUM_TASKS={counts['SLURM_STEP_NUM_TASKS']}")
+    for name in ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE"):
+        if not environ.get(name, "").strip():
+            raise LauncherError(f"{name}={environ.get(name, '')!r} is empty; run the workers with srun")
+    tasks = environ["SLURM_STEP_TASKS_PER_NODE"]
+    if not re.fullmatch(r"\d+(\(x\d+\))?(,\d+(\(x\d+\))?)*", tasks):
+        raise LauncherError(f"SLURM_STEP_TASKS_PER_NODE={tasks!r} is not like 2 or 2(x3),1")
+
+
 def _slurm_cluster_resolver():
     """TF's SlurmClusterResolver, also on nodes without GPUs.
 
@@ -330,6 +351,7 @@ def _slurm_cluster_resolver():
     """
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
 
+    check_slurm_environment(os.environ)
     has_gpus = os.environ.get("CUDA_VISIBLE_DEVICES") or shutil.which("nvidia-smi")
     gpus = slurm.get_num_gpus() if has_gpus else 0
     if gpus:
@@ -399,6 +421,29 @@ class HorovodLauncher(Launcher):
         self.hvd.allreduce(tf.constant(0.0), op=self.hvd.Sum)
 
 
+def gpus_asked(environ) -> int:
+    """The GPUs this process's launcher asked for (GPUS_PER_PROCESS_ENV); 0 when unset."""
+    text = environ.get(GPUS_PER_PROCESS_ENV, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise LauncherError(f"{GPUS_PER_PROCESS_ENV}={text!r} is not a whole number of GPUs")
+    return int(text)
+
+
+def check_gpus(asked: int, seen: int, environ) -> None:
+    """Raise GpuMismatchError when TensorFlow sees fewer GPUs than the launcher asked for: no silent
+    fallback to the CPU or to fewer GPUs."""
+    if seen >= asked:
+        return
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    raise GpuMismatchError(
+        f"asked for {asked} GPU(s) per process ({GPUS_PER_PROCESS_ENV}={asked}) but TensorFlow sees {seen}"
+        f" (CUDA_VISIBLE_DEVICES={visible!r}); check the NVIDIA driver (nvidia-smi), the CUDA libraries "
+        "TensorFlow loads, that the container runtime got --gpus (docker run --gpus, apptainer --nv), "
+        "and CUDA_VISIBLE_DEVICES; or run with --gpus 0")
+
+
 def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto",
                     join_timeout: float = 300.0) -> Launcher:
     """Build the named launcher. Call it before anything else touches TensorFlow's devices.
@@ -409,6 +454,9 @@ def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto",
         raise LauncherError(f"unknown launcher {name!r}; choose one of {', '.join(LAUNCHERS)}")
     if collective not in COLLECTIVES:
         raise LauncherError(f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}")
+    asked = gpus_asked(os.environ)
+    if asked:
+        check_gpus(asked, len(_gpus()), os.environ)
     if name == "multiworker":
         return MultiWorkerLauncher(cpu_replicas=cpu_replicas, collective=collective, join_timeout=join_timeout)
     return classes[name](cpu_replicas=cpu_replicas, collective=collective)

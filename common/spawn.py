@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from common.contract import EXIT_STOPPED
+from common.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV
 from common.stopping import forwarding_stop_signals
 
 
@@ -63,7 +63,9 @@ def check_tf_config(text: str) -> dict:
 
 def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,
                         hosts=("localhost",), node_index: int = 0) -> list[dict]:
-    """The environment additions of this node's workers: TF_CONFIG and, on GPUs, CUDA_VISIBLE_DEVICES.
+    """The environment additions of this node's workers: TF_CONFIG and, on GPUs, CUDA_VISIBLE_DEVICES
+    and the GPUs each worker must see (GPUS_PER_PROCESS_ENV; without --gpus-per-worker, the
+    workers inherit the caller's value).
 
     Workers are numbered host by host: node k's local worker j is task k * nproc + j, and worker 0
     of the first host is the chief.
@@ -75,6 +77,7 @@ def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,
         if gpus_per_worker:
             first = local * gpus_per_worker
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + gpus_per_worker))
+            env[GPUS_PER_PROCESS_ENV] = str(gpus_per_worker)  # what the worker checks TensorFlow's GPUs against
         environments.append(env)
     return environments
 

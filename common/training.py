@@ -12,6 +12,8 @@ same number a single device computes on the whole batch.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
@@ -29,9 +31,49 @@ import tensorflow as tf
 from common.data import DataError, steps_per_epoch
 from common.launchers import Launcher
 from common.results import check_in_sync, throughput, versions, write_json
-from common.contract import FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, ClusterError, StopRequested, UserError
+from common.contract import (FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, ClusterError, DiskFullError,
+                             StopRequested, UserError)
 from common.stopping import StopFlag, peer_error_summary, stopped_marker
 
+
+
+def _nbytes(variables) -> int:
+    return int(sum(np.prod(v.shape) * np.dtype(getattr(v.dtype, "name", v.dtype)).itemsize for v in variables))
+
+
+def _disk_full_reason(error) -> str | None:
+    """"No space left on device" / "Disk quota exceeded" when `error` is one of them, else None."""
+    if isinstance(error, OSError) and error.errno:
+        return os.strerror(error.errno) if error.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    text = str(getattr(error, "message", error))
+    return next((os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT) if os.strerror(code) in text), None)
+
+
+@contextlib.contextmanager
+def disk_full_is_one_line(folder: str, needed: int, what: str, also=()):
+    """A write into `folder` that runs out of space (ENOSPC) or quota (EDQUOT) becomes a DiskFullError
+    naming the folder and the bytes needed; what the write left in `folder` (and the files `also`) is
+    removed first, so nothing half-written remains."""
+    before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    free = shutil.disk_usage(folder).free if os.path.isdir(folder) else needed
+    if free < needed:  # h5py left a failed file open crashes at exit: do not start a write that cannot end
+        raise DiskFullError(f"{folder} is full ({free} bytes free): writing {what} needs about {needed} bytes; "
+                            "free space there or give --results-dir a larger folder")
+    try:
+        yield
+    # TensorFlow's savers raise ResourceExhaustedError, h5py (the weights) a RuntimeError or OSError.
+    except (OSError, RuntimeError, tf.errors.ResourceExhaustedError) as error:
+        reason = _disk_full_reason(error)
+        if not reason:
+            raise
+        new = set(os.listdir(folder)) - before if os.path.isdir(folder) else set()
+        for path in [os.path.join(folder, name) for name in new] + list(also):
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.exists(path):
+                os.remove(path)
+        raise DiskFullError(f"{folder} is full ({reason}): writing {what} needs about {needed} bytes; "
+                            "free space there or give --results-dir a larger folder") from None
 
 class ResumeError(UserError, ValueError):
     """--resume cannot continue the checkpointed run exactly; the message names what differs."""
@@ -247,9 +289,11 @@ class Trainer:
         if not self.launcher.is_chief:
             directory = tempfile.mkdtemp(prefix=f"worker{self.launcher.worker_index}-ckpt-")
         manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=2)
-        if self.launcher.is_chief:
-            write_json(self._identity_path(), self.run_identity())
-        manager.save(checkpoint_number=int(self.step.numpy()))
+        needed = _nbytes(self.model.variables) + _nbytes(self.optimizer.variables)
+        with disk_full_is_one_line(directory, needed, "a checkpoint"):
+            if self.launcher.is_chief:
+                write_json(self._identity_path(), self.run_identity())
+            manager.save(checkpoint_number=int(self.step.numpy()))
         if not self.launcher.is_chief:
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -438,7 +482,8 @@ class Trainer:
             self.launcher.barrier()
             return None
         path = os.path.join(self.results_dir, RESULTS_FILE)
-        self.model.save_weights(os.path.join(self.results_dir, FINAL_WEIGHTS_FILE))
+        with disk_full_is_one_line(self.results_dir, _nbytes(self.model.variables), "the final weights"):
+            self.model.save_weights(os.path.join(self.results_dir, FINAL_WEIGHTS_FILE))
         results = {
             "recipe": self.recipe,
             "launcher": self.launcher.name,
@@ -464,7 +509,9 @@ class Trainer:
         missing = RESULT_FIELDS - results.keys()
         if missing:  # a recipe that passes no final_metrics, say: the nightly and bench read every field
             raise RuntimeError(f"results.json would lack {', '.join(sorted(missing))} (common.contract.RESULT_FIELDS)")
-        write_json(path, results)
+        with disk_full_is_one_line(self.results_dir, len(json.dumps(results, indent=2)), RESULTS_FILE,
+                                   also=[os.path.join(self.results_dir, FINAL_WEIGHTS_FILE)]):
+            write_json(path, results)
         for writer in self._writers.values():
             writer.flush()
         print(f"results: {path}", flush=True)

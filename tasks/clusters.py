@@ -30,13 +30,15 @@ from tasks import host
         "job-name": "job name (default tf-recipes-RECIPE)",
         "signal-grace": "seconds before the time limit at which the tasks get SIGUSR1 and checkpoint",
         "requeue": "when the job stops on a signal with a checkpoint, requeue it; it resumes by itself",
+        "preflight": "first run `python -m common.preflight` in every task (invoke preflight); a broken cluster stops the job",
         "out": "write the script here instead of printing it",
         "dry": "print the script even when --out is given; write nothing",
     },
 )
 def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_per_node="1", cpus_per_task="8",
            sif=None, container_image=None, data_dir=None, time="01:00:00", partition=None, account=None,
-           job_name=None, signal_grace=str(slurm.DEFAULT_SIGNAL_GRACE), requeue=False, out=None, dry=False):
+           job_name=None, signal_grace=str(slurm.DEFAULT_SIGNAL_GRACE), requeue=False, preflight=False, out=None,
+           dry=False):
     """Render an sbatch script that runs RECIPE on a SLURM cluster; arguments after -- go to train.py."""
     try:
         host.check_recipe(recipe, "sbatch")
@@ -47,7 +49,7 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
             data_dir=data_dir, time=time, partition=partition, account=account, job_name=job_name,
             tasks_per_node=launch.parse_count("--tasks-per-node", tasks_per_node),
             cpus_per_task=launch.parse_count("--cpus-per-task", cpus_per_task),
-            signal_grace=launch.parse_count("--signal-grace", signal_grace), requeue=requeue)
+            signal_grace=launch.parse_count("--signal-grace", signal_grace), requeue=requeue, preflight=preflight)
     except launch.LaunchError as error:
         host.fail(str(error))
     host.write_or_print(text, out, dry, f"submit with: sbatch {out}")
@@ -69,13 +71,14 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
         "name": "job name (default RECIPE-LAUNCHER); results go to /results/NAME",
         "horovod-runner": "with mpijob: mpirun (default) | horovodrun",
         "grace-period": "seconds between SIGTERM and SIGKILL: time to stop at a step and checkpoint",
+        "preflight": "first run `python -m common.preflight` in the containers that start train.py (invoke preflight)",
         "out": "write the manifests here instead of printing them",
         "dry": "print the manifests even when --out is given; write nothing",
     },
 )
 def k8s_manifests(c, recipe, launcher=None, kind=None, workers="2", gpus_per_worker="8", image=None, data=None,
                   results="tf-recipes-results", namespace=None, name=None, horovod_runner="mpirun",
-                  grace_period=str(k8s.GRACE_PERIOD), out=None, dry=False):
+                  grace_period=str(k8s.GRACE_PERIOD), preflight=False, out=None, dry=False):
     """Render Kubernetes manifests that run RECIPE; arguments after -- go to train.py."""
     try:
         host.check_recipe(recipe, "k8s")
@@ -84,7 +87,7 @@ def k8s_manifests(c, recipe, launcher=None, kind=None, workers="2", gpus_per_wor
             gpus_per_worker=launch.parse_count("--gpus-per-worker", gpus_per_worker),
             image=image or host.image_tag(c, recipe, "ngc"), data=data, results=results, namespace=namespace,
             name=name, train_args=shlex.split(c.remainder or ""), horovod_runner=horovod_runner,
-            grace_period=launch.parse_count("--grace-period", grace_period))
+            grace_period=launch.parse_count("--grace-period", grace_period), preflight=preflight)
     except launch.LaunchError as error:
         host.fail(str(error))
     host.write_or_print(k8s.render_yaml(documents), out, dry, f"apply with: kubectl apply -f {out}")

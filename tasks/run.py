@@ -6,6 +6,7 @@ import shlex
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 
 from invoke import Exit, task
 
@@ -68,6 +69,54 @@ def _in_runtime(c, plan, *, recipe, runtime, base, image, gpus, data_dir, result
         results_dir=results_dir, apptainer=cfg["apptainer"]), {}
 
 
+@dataclass(frozen=True)
+class Job:
+    """What `invoke run` (and `invoke preflight`) start: the command and environment in its runtime."""
+    argv: list
+    env: dict
+    results_dir: str
+    launcher: str
+    runtime: str
+
+
+def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launcher, runtime, horovod_runner, base,
+                image, data_dir, results_dir, hosts, node_index, port_base, nsys=False, dry=False, module=None):
+    """The launch plan of `invoke run` in its runtime, checked; `module` (with its `program_args`)
+    instead of the recipe's train.py for `invoke preflight`. One line and exit 2 for a bad request."""
+    try:
+        host.check_recipe(recipe, task_name)
+        launch.check_choice("runtime", runtime, RUNTIMES)
+        gpus, cpu_replicas = launch.parse_count("--gpus", gpus), launch.parse_count("--cpu-replicas", cpu_replicas)
+        launcher = launcher or ("single" if (gpus or cpu_replicas) == 1 else "mirrored")
+        base = base or ("cpu" if gpus == 0 else "ngc")
+        train_args = list(program_args)
+        docker = host.docker_client(c)
+        runtime = _runtime(runtime, docker)
+        results_dir = os.path.abspath(results_dir or os.path.join(host.ROOT, launch.run_dir_name(
+            recipe, f"{task_name}-{launcher}" if module else launcher, host.stamp())))
+        host_list = [name for name in (hosts or "").split(",") if name]
+        _check_request(runtime, base, gpus, launcher, host_list, train_args, data_dir, nsys, dry)
+        data_dir = os.path.abspath(data_dir) if data_dir else None
+        inside = runtime != "local"
+        train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
+        if data_dir:
+            train_args += ["--data-dir", containers.CONTAINER_DATA_DIR if inside else data_dir]
+        plan = launch.build_launch(recipe, launcher, gpus=gpus, cpu_replicas=cpu_replicas,
+                                   hosts=host_list, node_index=launch.parse_count("--node-index", node_index),
+                                   port_base=launch.parse_count("--port-base", port_base),
+                                   train_args=train_args, horovod_runner=horovod_runner,
+                                   nsys_output=(containers.CONTAINER_RESULTS_DIR if inside else results_dir) if nsys else None,
+                                   python=sys.executable if runtime == "local" else "python",
+                                   horovodrun=host.local_horovodrun() if runtime == "local" else "horovodrun",
+                                   module=module)
+    except launch.LaunchError as error:
+        host.fail(str(error))
+    argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, base=base, image=image, gpus=gpus,
+                            data_dir=data_dir, results_dir=results_dir, nsys=nsys, multi_host=len(host_list) > 1,
+                            docker=docker, dry=dry)
+    return Job(argv, env, results_dir, launcher, runtime)
+
+
 @task(
     positional=["recipe"],
     auto_shortflags=False,
@@ -93,36 +142,11 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
         base=None, image=None, data_dir=None, results_dir=None, hosts=None, node_index="0", port_base="23456",
         nsys=False, dry=False):
     """Train RECIPE under a launcher; arguments after -- go to its train.py (see its --help)."""
-    try:
-        host.check_recipe(recipe, "run")
-        launch.check_choice("runtime", runtime, RUNTIMES)
-        gpus, cpu_replicas = launch.parse_count("--gpus", gpus), launch.parse_count("--cpu-replicas", cpu_replicas)
-        launcher = launcher or ("single" if (gpus or cpu_replicas) == 1 else "mirrored")
-        base = base or ("cpu" if gpus == 0 else "ngc")
-        train_args = shlex.split(c.remainder or "")
-        docker = host.docker_client(c)
-        runtime = _runtime(runtime, docker)
-        results_dir = os.path.abspath(results_dir or os.path.join(
-            host.ROOT, launch.run_dir_name(recipe, launcher, host.stamp())))
-        host_list = [name for name in (hosts or "").split(",") if name]
-        _check_request(runtime, base, gpus, launcher, host_list, train_args, data_dir, nsys, dry)
-        data_dir = os.path.abspath(data_dir) if data_dir else None
-        inside = runtime != "local"
-        train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
-        if data_dir:
-            train_args += ["--data-dir", containers.CONTAINER_DATA_DIR if inside else data_dir]
-        plan = launch.build_launch(recipe, launcher, gpus=gpus, cpu_replicas=cpu_replicas,
-                                   hosts=host_list, node_index=launch.parse_count("--node-index", node_index),
-                                   port_base=launch.parse_count("--port-base", port_base),
-                                   train_args=train_args, horovod_runner=horovod_runner,
-                                   nsys_output=(containers.CONTAINER_RESULTS_DIR if inside else results_dir) if nsys else None,
-                                   python=sys.executable if runtime == "local" else "python",
-                                   horovodrun=host.local_horovodrun() if runtime == "local" else "horovodrun")
-    except launch.LaunchError as error:
-        host.fail(str(error))
-    argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, base=base, image=image, gpus=gpus,
-                            data_dir=data_dir, results_dir=results_dir, nsys=nsys, multi_host=len(host_list) > 1,
-                            docker=docker, dry=dry)
+    job = prepare_job(c, recipe, "run", shlex.split(c.remainder or ""), gpus=gpus, cpu_replicas=cpu_replicas,
+                      launcher=launcher, runtime=runtime, horovod_runner=horovod_runner, base=base, image=image,
+                      data_dir=data_dir, results_dir=results_dir, hosts=hosts, node_index=node_index,
+                      port_base=port_base, nsys=nsys, dry=dry)
+    argv, env, results_dir, launcher, runtime = job.argv, job.env, job.results_dir, job.launcher, job.runtime
     if not dry:
         os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's
     started = time.time()

@@ -5,4 +5,4 @@
 # Horovod over the 8 GPUs of this machine, one process per GPU.
 set -euo pipefail
 mkdir -p /shared/results/mnist-cnn-docker-8gpu
-docker run --rm --init --stop-timeout 60 --gpus 8 --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 -u "$(id -u):$(id -g)" --mount type=bind,source=/shared/datasets/mnist-cnn,target=/data,readonly --mount type=bind,source=/shared/results/mnist-cnn-docker-8gpu,target=/results -e CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 -e TF_CPP_MIN_LOG_LEVEL=1 tf-recipes/mnist-cnn:ngc horovodrun -np 8 -H localhost:8 python recipes/mnist-cnn/train.py --launcher horovod --results-dir /results --data-dir /data
+docker run --rm --init --stop-timeout 60 --gpus 8 --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 -u "$(id -u):$(id -g)" --mount type=bind,source=/shared/datasets/mnist-cnn,target=/data,readonly --mount type=bind,source=/shared/results/mnist-cnn-docker-8gpu,target=/results -e CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 -e TF_CPP_MIN_LOG_LEVEL=1 -e TF_RECIPES_GPUS_PER_PROCESS=1 tf-recipes/mnist-cnn:ngc horovodrun -np 8 -H localhost:8 python recipes/mnist-cnn/train.py --launcher horovod --results-dir /results --data-dir /data
