@@ -128,7 +128,7 @@ def next_steps(name: str, source: str, entry: str, added: bool) -> list[str]:
         steps += [f"  4. it is in the nightly (ci/nightly/matrix.yaml): invoke nightly --tier cpu --only {name} --dry",
                   "     and the matrix table of docs/nightly.md is now: invoke nightly --table"]
     else:
-        steps += [f"  4. add it to the nightly: rerun with --add-to-nightly, or add to ci/nightly/matrix.yaml under "
+        steps += ["  4. add it to the nightly: rerun with --add-to-nightly, or add to ci/nightly/matrix.yaml under "
                   "`recipes:`", *[f"     {line}" for line in entry.splitlines()],
                   f"     and {name} to the `recipes: [...]` list of each tier that runs {source}"]
     steps.append(f"  5. after editing a builder or a name:  invoke launch-files --recipe {name}")

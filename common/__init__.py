@@ -7,9 +7,14 @@ so the recipes stay plain.
 - `launchers`: single, mirrored, multiworker and horovod behind one interface;
 - `training`: the one training loop (steps per call, checkpoints, resume, stop, results);
 - `data`: sharding and the global order of examples, the same under every launcher;
+- `image_folder`: `--data-format image-folder`, a folder of class-named subfolders of photos;
 - `results`: throughput, versions, the desync guard and results.json;
 - `stopping`: stop signals, the stop marker, passing signals on to children;
 - `spawn`: N local worker processes with their TF_CONFIG (`python -m common.spawn`);
 - `indexed_job`: TF_CONFIG in a Kubernetes Indexed Job;
-- `pipeline_bench`: what the recipes' input benchmarks share.
+- `pipeline_bench`: what the recipes' input benchmarks share;
+- `export`: RESULTS/export at the end of a run, the SavedModel for TF Serving and predict.py;
+- `predicting`: what every recipe's predict.py runs on an export (imports no training code);
+- `preflight`: the cluster check before a job (`python -m common.preflight`, `invoke preflight`);
+  imported by no recipe.
 """

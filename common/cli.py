@@ -96,6 +96,8 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     out.add_argument("--checkpoint-every", type=non_negative_int, default=0,
                      help="checkpoint every N steps (0: at the end of every epoch)")
     out.add_argument("--log-every", type=positive_int, default=10, help="print progress every N steps")
+    out.add_argument("--no-export", dest="export", action="store_false",
+                     help="do not write RESULTS/export (the SavedModel for TF Serving and predict.py)")
     out.add_argument("--warmup-steps", type=non_negative_int, default=5,
                      help="first steps left out of the throughput figures (tracing, autotuning)")
     out.add_argument("--profile", type=step_window, default=None, metavar="START:END",

@@ -37,6 +37,19 @@ class UserError(Exception):
     """A mistake the user can fix (a flag, a path, bad data): exit EXIT_USER_ERROR, one line."""
 
 
+class GpuMismatchError(UserError):
+    """TensorFlow sees fewer GPUs than the process's launcher asked for (GPUS_PER_PROCESS_ENV)."""
+
+
+class DiskFullError(UserError):
+    """A write ran out of space (ENOSPC) or quota (EDQUOT); the message names the folder and bytes."""
+
+
+# The GPUs one training process must see, set by every launcher (`invoke run`, common.spawn, the
+# rendered SLURM script and Kubernetes manifests); unset or 0: no check (a train.py started by hand).
+GPUS_PER_PROCESS_ENV = "TF_RECIPES_GPUS_PER_PROCESS"
+
+
 class DesyncError(RuntimeError):
     """Replicas finished training with different weights: exit EXIT_DESYNC."""
 
@@ -70,6 +83,22 @@ RESULT_FIELDS = frozenset({
 RESULTS_FILE = "results.json"
 FINAL_WEIGHTS_FILE = "final.weights.h5"
 STOPPED_FILE = "stopped.json"  # {"step", "total_steps", "signal"}: the job stopped on a signal
+
+# -- the exported model (common/export.py writes it at the end of a run; predict.py reads it) ---------
+EXPORT_DIR = "export"  # RESULTS/export: a TF Serving model base
+EXPORT_VERSION = "1"  # RESULTS/export/1/saved_model.pb
+EXPORT_SIGNATURE = "serving_default"
+EXPORT_INPUT = "images"  # tf.string [None]: encoded JPEG/PNG/BMP/GIF files
+EXPORT_INFO_FILE = "model.json"  # {"recipe", "task", "image_size", "channels", "outputs"}
+EXPORT_LABELS_FILE = "labels.txt"  # one class name per line, in class-id order
+EXPORT_CLASSES_FILE = "classes.json"  # segmentation: [{"id", "name", "colour": [r, g, b]}]
+PREDICTIONS_FILE = "predictions.csv"  # what a classification predict.py writes in --out
+
+# -- the preflight check (`invoke preflight`, `python -m common.preflight`) ----------------------------
+PREFLIGHT_MODULE = "common.preflight"  # what the launchers start instead of a recipe's train.py
+PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)
+PREFLIGHT_RANKS_DIR = "preflight-ranks"  # one heartbeat file per rank, beside preflight.json
+PREFLIGHT_DEFAULT_DEADLINE = 120  # seconds for the whole check, from each process's start
 
 # -- a Kubernetes Indexed Job's pods: what commands/k8s.py sets and common/indexed_job.py reads ---------
 INDEXED_JOB_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes

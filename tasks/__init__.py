@@ -6,6 +6,8 @@ a cluster; prove them (nightly) and measure them (bench). One module per topic:
     tasks/clusters.py  invoke sbatch | k8s | launch-files  SLURM scripts, Kubernetes manifests, launch/ files
     tasks/proving.py   invoke nightly | bench            the nightly container CI and the benchmarks
     tasks/starting.py  invoke new NAME --from RECIPE     a recipe of your own, started from one of these
+    tasks/preflight.py invoke preflight RECIPE           check a cluster in seconds: ranks, versions, all-reduce
+    tasks/predicting.py invoke predict RECIPE --model EXPORT --input FILE|FOLDER --out DIR   use a trained model
     tasks/host.py      what the tasks ask of this machine (settings, docker, git, running a command)
 
     invoke run mnist-cnn --gpus 0 --cpu-replicas 2 --launcher multiworker -- --synthetic --max-steps 20
@@ -27,7 +29,7 @@ if _ROOT not in sys.path:
 
 from invoke import Collection  # noqa: E402
 
-from tasks import clusters, images, proving, starting  # noqa: E402
+from tasks import clusters, images, predicting, preflight, proving, starting  # noqa: E402
 from tasks.host import DEFAULTS  # noqa: E402
 from tasks.run import run  # noqa: E402
 
@@ -36,4 +38,6 @@ namespace = Collection(run, images.build, clusters.sbatch, proving.bench, provin
 namespace.add_task(clusters.k8s_manifests, name="k8s")
 namespace.add_task(clusters.launch_files_task, name="launch-files")
 namespace.add_task(starting.new)
+namespace.add_task(preflight.preflight)
+namespace.add_task(predicting.predict)
 namespace.configure({"tf_recipes": DEFAULTS})

@@ -4,7 +4,9 @@
 - `runner.py`: runs them, each a real training run, and the recipe's input benchmark;
 - `report.py`: pure: medians, efficiency, bench.md and bench.json; and the bench.png plot;
 - `host_overhead.py`: the training loop's host overhead against a bare tf.function loop
-  (`python -m ci.bench.host_overhead`).
+  (`python -m ci.bench.host_overhead`);
+- `predict.py`: an exported model's predictions (as predict.py makes them) against Keras model.predict
+  (`python -m ci.bench.predict`).
 
 The recipes' input-pipeline benchmarks stay in their folders (`recipes/*/benchmark_input.py`) and
 share common/pipeline_bench.py.

@@ -6,6 +6,7 @@ index. The seed's pipeline decodes (TFDS) and resizes in parallel in its first e
 resized float32 images in memory (`Dataset.cache()`), one copy per process.
 
     cassava_builder(data_dir)                  the prepared TFDS `cassava` dataset, or a DataError
+    (or a common.image_folder.ImageFolder: the user's own photos, through the same cache and order)
     cache_split(builder, split, size, ...)     decode + resize once, sharded, parallel -> ImageArrays
     synthetic_split(num, size, seed)           generated images at the training size -> ImageArrays
     make_train_dataset(arrays, shard, ...)     this pipeline's per-replica batches, in sharded_order
@@ -28,6 +29,7 @@ cache by the indices of this pipeline's own share.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import os
@@ -36,7 +38,9 @@ import socket
 import numpy as np
 import tensorflow as tf
 
+from common.contract import DiskFullError
 from common.data import DataError, InputShard, can_download, check_labels, error_reason, sharded_order
+from common.image_folder import VAL, ImageFolder, unreadable
 
 AUTOTUNE = tf.data.AUTOTUNE
 CHUNK = 256  # examples per cache file
@@ -84,6 +88,37 @@ def encoded_split(builder, split: str) -> tf.data.Dataset:
     return dataset.map(lambda example: (example["image"], tf.cast(example["label"], tf.int32)))
 
 
+# ## A source: TFDS cassava, or an ImageFolder of the user's photos (a list of files)
+# The cache and the sharded order only need, per split, how many examples there are and the encoded
+# bytes and labels of examples [start, stop) in a fixed order; both sources give that.
+
+def is_folder(source) -> bool:
+    return isinstance(source, ImageFolder)
+
+
+def _folder_split(split: str) -> str:
+    return VAL if split == "validation" else split
+
+
+def split_size(source, split: str) -> int:
+    if is_folder(source):
+        return len(source.files(_folder_split(split)))
+    return source.info.splits[split].num_examples
+
+
+def num_classes(source) -> int:
+    return source.num_classes if is_folder(source) else NUM_CLASSES
+
+
+def encoded_range(source, split: str, start: int, stop: int) -> tf.data.Dataset:
+    """(encoded image bytes, label) of examples [start, stop) of the split, in its fixed order."""
+    if not is_folder(source):
+        return encoded_split(source, f"{split}[{start}:{stop}]")
+    split = _folder_split(split)
+    files = tf.data.Dataset.from_tensor_slices((source.files(split)[start:stop], source.labels(split)[start:stop]))
+    return files.map(lambda path, label: (tf.io.read_file(path), label))
+
+
 def decode_and_resize(jpeg, image_size: int):
     """JPEG bytes -> uint8 [size, size, 3]. Bilinear, aspect ratio not kept: what the seed did.
     uint8 (rounded) rather than float: 4x less to cache and to copy to the accelerator."""
@@ -116,7 +151,14 @@ class ImageArrays:
 
 
 def cache_folder(builder, split: str, image_size: int, cache_dir: str) -> str:
-    """One folder per (prepared dataset, split, size, resize method); anything else is not reused."""
+    """One folder per (prepared dataset, split, size, resize method); anything else is not reused.
+    For an ImageFolder, the dataset is its file list with each file's size and modification time."""
+    if is_folder(builder):
+        split = _folder_split(split)
+        listing = "|".join(f"{path}:{os.path.getsize(path)}:{os.stat(path).st_mtime_ns}"
+                           for path in builder.files(split)) + "|" + ",".join(builder.class_names)
+        digest = hashlib.sha256(f"{os.path.abspath(builder.root)}|{CACHE_FORMAT}|{listing}".encode()).hexdigest()[:12]
+        return os.path.join(cache_dir, f"image-folder-{split}-{image_size}px-{digest}")
     with tf.io.gfile.GFile(os.path.join(builder.data_dir, "dataset_info.json"), "rb") as handle:
         info = handle.read()
     digest = hashlib.sha256(f"{os.path.abspath(builder.data_dir)}|{CACHE_FORMAT}|".encode() + info).hexdigest()[:12]
@@ -159,7 +201,7 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
         else:
             runs.append([start])
     parts = [tf.data.Dataset.zip((tf.data.Dataset.range(run[0], min(run[-1] + CHUNK, total)),
-                                  encoded_split(builder, f"{split}[{run[0]}:{min(run[-1] + CHUNK, total)}]")))
+                                  encoded_range(builder, split, run[0], min(run[-1] + CHUNK, total))))
              for run in runs]
     dataset = functools.reduce(lambda a, b: a.concatenate(b), parts)
     dataset = dataset.map(lambda index, example: (index, decode_and_resize(example[0], image_size), example[1]),
@@ -192,10 +234,21 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
                     _publish_chunk(folder, start, images_file, labels)
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
         raise DataError(_unreadable_example(builder, split, runs, total, image_size, error)) from None
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        needed = sum(count.values()) * image_size * image_size * 3
+        raise DiskFullError(f"the decoded-image cache folder {folder} is full ({error.strerror}): caching these "
+                            f"chunks needs {needed} bytes; free space there or give --cache-dir a larger "
+                            "folder") from None
     finally:
         for images_file, *_ in filling.values():  # chunks left incomplete by an error
             images_file.close()
             os.remove(images_file.name)
+        for start in starts:  # a labels file whose chunk was never published
+            labels_temporary = _temporary(chunk_paths(folder, start)[1])
+            if os.path.exists(labels_temporary):
+                os.remove(labels_temporary)
 
 
 def _open_chunk_file(path: str, shape: tuple):
@@ -236,11 +289,13 @@ def _unreadable_example(builder, split: str, runs, total: int, image_size: int, 
     try:
         for run in runs:
             first = run[0]
-            examples = encoded_split(builder, f"{split}[{first}:{min(run[-1] + CHUNK, total)}]")
+            examples = encoded_range(builder, split, first, min(run[-1] + CHUNK, total))
             for offset, (jpeg, _) in enumerate(examples):
                 try:
                     decode_and_resize(jpeg, image_size)
                 except tf.errors.InvalidArgumentError as bad:
+                    if is_folder(builder):
+                        raise unreadable(builder.files(_folder_split(split))[first + offset], error_reason(bad)) from None
                     return (f"cassava {split} example {first + offset} cannot be decoded as an image "
                             f"({error_reason(bad)}); {remedy}")
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as bad:  # the records themselves
@@ -255,7 +310,7 @@ def cache_split(builder, split: str, image_size: int, cache_dir: str, shard: Inp
     Pipeline p of P writes the missing chunks of its p-th of the split; after `barrier()` every
     pipeline opens all chunks, writing any it still cannot see (another node's, on node-local disks).
     """
-    total = builder.info.splits[split].num_examples
+    total = split_size(builder, split)
     folder = cache_folder(builder, split, image_size, cache_dir)
     starts = list(range(0, total, CHUNK))
     count = {start: min(start + CHUNK, total) - start for start in starts}
@@ -274,7 +329,7 @@ def cache_split(builder, split: str, image_size: int, cache_dir: str, shard: Inp
     write_chunks(builder, split, image_size, folder, missing(starts), total)
     chunks = [load_chunk(folder, s, count[s], image_size) for s in starts]
     for start, (_, labels) in zip(starts, chunks):  # out-of-range labels would fail mid-step, naming nothing
-        check_labels(labels, NUM_CLASSES, f"cassava {split} labels in {chunk_paths(folder, start)[1]} "
+        check_labels(labels, num_classes(builder), f"cassava {split} labels in {chunk_paths(folder, start)[1]} "
                      f"(examples {start}..{start + count[start] - 1})",
                      f"delete {folder} so that it is rebuilt from {builder.data_dir}; if this error returns, "
                      f"{PREPARE_HINT}")
@@ -312,9 +367,8 @@ def make_eval_dataset(builder, split: str, image_size: int, batch_size: int,
                       share: slice | None = None) -> tf.data.Dataset:
     """One pass over a split, or over examples [share.start, share.stop) of it (this process's
     share, see Launcher.eval_share): decoded in parallel, not cached (read once per run)."""
-    if share is not None:
-        split = f"{split}[{share.start}:{share.stop}]"
-    dataset = encoded_split(builder, split).map(
+    share = share or slice(0, split_size(builder, split))
+    dataset = encoded_range(builder, split, share.start, share.stop).map(
         lambda jpeg, label: (decode_and_resize(jpeg, image_size), label), num_parallel_calls=AUTOTUNE)
     return dataset.batch(batch_size).prefetch(AUTOTUNE)
 

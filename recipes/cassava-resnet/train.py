@@ -23,7 +23,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from common import cli  # noqa: E402
+from common import cli, image_folder  # noqa: E402
 
 
 # ## Command line
@@ -41,6 +41,7 @@ def parse_args(argv=None):
     parser.add_argument("--cache-dir", default=None,
                         help="where the resized training images are cached (default: ~/.cache/tf-recipes/"
                              "cassava-resnet); node-local scratch or a shared file system")
+    image_folder.add_args(parser, default="tfds")
     args = parser.parse_args(argv)
     if args.image_size < 32:
         parser.error(f"--image-size {args.image_size} is below ResNet50's minimum of 32")
@@ -52,11 +53,11 @@ if __name__ == "__main__":
 
 import h5py  # noqa: E402
 import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 import input_pipeline  # noqa: E402
-from common import training  # noqa: E402
+from common import export, training  # noqa: E402
 from common.data import DataError, can_download, error_reason  # noqa: E402
+from common.image_folder import read_image_folder  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
 
 RECIPE = "cassava-resnet"
@@ -77,13 +78,19 @@ class WeightsError(DataError):
 def load_train_split(args, launcher):
     if args.synthetic:
         return None, input_pipeline.synthetic_split(512, args.image_size, args.seed)
-    builder = input_pipeline.cassava_builder(args.data_dir, allow_download=launcher.num_workers == 1)
-    cache_dir = args.cache_dir or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tf-recipes", RECIPE)
-    arrays = input_pipeline.cache_split(builder, "train", args.image_size, cache_dir,
+    if args.data_format == "image-folder":  # the user's photos: same cache, same sharded order
+        builder = read_image_folder(args.data_dir, args.val_fraction, args.seed)
+    else:
+        builder = input_pipeline.cassava_builder(args.data_dir, allow_download=launcher.num_workers == 1)
+    arrays = input_pipeline.cache_split(builder, "train", args.image_size, cache_root(args),
                                         launcher.input_shard(args.batch_size), barrier=launcher.barrier,
                                         log=lambda message: print(message, flush=True))  # every pipeline
     return builder, arrays
+
+
+def cache_root(args):
+    return args.cache_dir or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tf-recipes", RECIPE)
 
 
 def make_eval_dataset(builder, args, launcher):
@@ -91,7 +98,11 @@ def make_eval_dataset(builder, args, launcher):
     if builder is None:
         arrays = input_pipeline.synthetic_split(128, args.image_size, args.seed + 1)
         return input_pipeline.arrays_dataset(arrays, 64, launcher.eval_share(len(arrays)))
-    share = launcher.eval_share(builder.info.splits["validation"].num_examples)
+    if input_pipeline.is_folder(builder):  # cached too: an unreadable val photo is named before training
+        arrays = input_pipeline.cache_split(builder, "validation", args.image_size, cache_root(args),
+                                            launcher.input_shard(args.batch_size), barrier=launcher.barrier)
+        return input_pipeline.arrays_dataset(arrays, 64, launcher.eval_share(len(arrays)))
+    share = launcher.eval_share(input_pipeline.split_size(builder, "validation"))
     return input_pipeline.make_eval_dataset(builder, "validation", args.image_size, batch_size=64, share=share)
 
 
@@ -153,7 +164,7 @@ def fetch_imagenet_weights(launcher):
         fetch()  # nothing to do when the chief's copy is visible here
 
 
-def build_model(image_size, weights):
+def build_model(image_size, weights, num_classes=input_pipeline.NUM_CLASSES):
     inputs = keras.Input((image_size, image_size, 3), dtype="uint8", name="image")
     x = ImageNetPreprocessing(dtype="float32", name="imagenet_preprocessing")(inputs)
     backbone = keras.applications.ResNet50(include_top=False, weights="imagenet" if weights == "imagenet" else None,
@@ -161,7 +172,7 @@ def build_model(image_size, weights):
     x = backbone(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     x = keras.layers.Dense(1016, activation="relu")(x)
-    outputs = keras.layers.Dense(input_pipeline.NUM_CLASSES, activation="softmax", dtype="float32")(x)
+    outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32")(x)
     model = keras.Model(inputs, outputs, name="cassava_resnet50")
     if weights not in (None, "imagenet"):
         load_weights_file(model, backbone, weights)
@@ -191,6 +202,7 @@ def load_weights_file(model, backbone, path):
 
 
 TASK = training.classification_task()  # cross-entropy loss, accuracy metric
+CASSAVA_CLASSES = ["cbb", "cbsd", "cgm", "cmd", "healthy"]  # TFDS cassava's label names, in label order
 
 
 def main(args):
@@ -205,6 +217,8 @@ def main(args):
         fetch_imagenet_weights(launcher)
 
     builder, train_arrays = load_train_split(args, launcher)
+    # The user's classes come from their folders; the model, results.json and the export follow them.
+    class_names = builder.class_names if input_pipeline.is_folder(builder) else CASSAVA_CLASSES
     trainer = training.Trainer(
         launcher, RECIPE, num_examples=len(train_arrays), per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
@@ -213,7 +227,7 @@ def main(args):
         steps_per_loop=args.steps_per_loop, seed=args.seed)
 
     with launcher.scope():
-        model = build_model(args.image_size, weights)
+        model = build_model(args.image_size, weights, len(class_names))
         rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
         optimizer = keras.optimizers.Adam(rate)
     trainer.setup(model, optimizer)
@@ -228,8 +242,11 @@ def main(args):
     validation = trainer.evaluate(make_eval_dataset(builder, args, launcher), TASK)
     training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")
     trainer.save_results({"final_metrics": {"validation": validation}, "precision": precision,
-                          "data": "synthetic" if args.synthetic else "cassava",
-                          "image_size": args.image_size, "weights": args.weights})
+                          "data": "synthetic" if args.synthetic else {"tfds": "cassava"}.get(args.data_format, args.data_format),
+                          "image_size": args.image_size, "weights": args.weights, "classes": class_names})
+    export.export_model(launcher, results_dir, model, lambda: build_model(args.image_size, None, len(class_names)),
+                        enabled=args.export, recipe=RECIPE, task=export.CLASSIFICATION, class_names=class_names,
+                        image_size=(args.image_size, args.image_size), channels=3, to_model=lambda images: images)
 
 
 if __name__ == "__main__":

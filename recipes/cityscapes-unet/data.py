@@ -26,7 +26,7 @@ import tensorflow as tf
 from common.data import DataError, InputShard, error_reason, global_order, pipeline_positions
 
 import layout
-from labels import NUM_CATEGORIES
+import labels
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -108,6 +108,24 @@ def _checked_index(data_dir, split: str) -> dict:
     return index
 
 
+def classes(data_dir) -> tuple[list[str], list]:
+    """The prepared data's class names and their colours (the Cityscapes categories, or the user's
+    classes file for --format pairs), from the train index."""
+    index = read_index(data_dir, "train")
+    names = list(index.get("categories") or labels.CATEGORY_NAMES)
+    palette = index.get("palette") or labels.CATEGORY_COLOURS
+    return names, [tuple(colour) for colour in palette]
+
+
+def image_size(data_dir, split: str = "train") -> tuple[int, int]:
+    index = read_index(data_dir, split)
+    return index["height"], index["width"]
+
+
+def _num_classes(index: dict) -> int:
+    return len(index.get("categories") or labels.CATEGORY_NAMES)
+
+
 def example_problem(data_dir, split: str, index: dict, example: int) -> str | None:
     """Why example number `example` of a prepared split cannot be trained on, found by reading it
     as the input pipeline does (TF's PNG decoder); None when it can."""
@@ -120,9 +138,10 @@ def example_problem(data_dir, split: str, index: dict, example: int) -> str | No
         if decoded.shape[:2] != (index["height"], index["width"]):
             return (f"{path} is {decoded.shape[0]}x{decoded.shape[1]}, the index says "
                     f"{index['height']}x{index['width']}")
-        if channels == 1 and decoded.max() >= NUM_CATEGORIES:
-            values = np.unique(decoded[decoded >= NUM_CATEGORIES])[:5].tolist()
-            return f"{path} holds values {values} outside the categories 0..{NUM_CATEGORIES - 1}"
+        count = _num_classes(index)
+        if channels == 1 and decoded.max() >= count:
+            values = np.unique(decoded[decoded >= count])[:5].tolist()
+            return f"{path} holds values {values} outside the categories 0..{count - 1}"
     return None
 
 
@@ -158,13 +177,13 @@ def _file_names(data_dir, split: str, index: dict):
     return tf.constant(images), tf.constant(categories)
 
 
-def _read_and_decode(image_file, category_file, height: int, width: int):
+def _read_and_decode(image_file, category_file, height: int, width: int, count: int):
     image = tf.io.decode_png(tf.io.read_file(image_file), channels=3)
     categories = tf.io.decode_png(tf.io.read_file(category_file), channels=1)[..., 0]
     # A category map replaced after preparation (a labelIds file, say) would otherwise train on
     # wrong classes, or give a NaN loss on GPU. One max over the map; the error names the file.
-    in_range = tf.debugging.Assert(tf.reduce_max(categories) < NUM_CATEGORIES,
-                                   [f"category values outside 0..{NUM_CATEGORIES - 1} in", category_file])
+    in_range = tf.debugging.Assert(tf.reduce_max(categories) < count,
+                                   [f"category values outside 0..{count - 1} in", category_file])
     with tf.control_dependencies([in_range]):
         categories = tf.identity(categories)
     # Fails loudly, naming the shapes, if a file was replaced after prepare_data checked it.
@@ -235,7 +254,7 @@ def _available_memory_bytes() -> int:
 
 
 def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, height: int, width: int,
-                       data_dir):
+                       count: int, data_dir):
     """Decode the given examples once into host memory; returns a tf function index -> example."""
     needed = len(example_ids) * height * width * 4
     available = _available_memory_bytes()
@@ -244,7 +263,7 @@ def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, hei
                         f"but only {available / 2**30:.1f} GiB of memory is available; train without "
                         "the cache (it only pays off for data sets that fit in memory)")
     decoded = tf.data.Dataset.from_tensor_slices(example_ids).map(
-        lambda i: _read_and_decode(tf.gather(image_files, i), tf.gather(category_files, i), height, width),
+        lambda i: _read_and_decode(tf.gather(image_files, i), tf.gather(category_files, i), height, width, count),
         num_parallel_calls=AUTOTUNE, deterministic=True)
     images = np.empty([len(example_ids), height, width, 3], np.uint8)
     categories = np.empty([len(example_ids), height, width], np.uint8)
@@ -302,10 +321,12 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     examples = tf.data.Dataset.from_tensor_slices((order, positions))
 
     if cache:
-        fetch = _decoded_in_memory(image_files, category_files, np.unique(order), height, width, data_dir)
+        fetch = _decoded_in_memory(image_files, category_files, np.unique(order), height, width,
+                                   _num_classes(index), data_dir)
     else:
         def fetch(i):
-            return _read_and_decode(tf.gather(image_files, i), tf.gather(category_files, i), height, width)
+            return _read_and_decode(tf.gather(image_files, i), tf.gather(category_files, i), height, width,
+                                    _num_classes(index))
     examples = examples.map(lambda i, position: (*fetch(i), position),
                             num_parallel_calls=AUTOTUNE, deterministic=True)
     if shard_late:
@@ -341,7 +362,7 @@ def make_eval_dataset(data_dir, split: str = "val", *, batch_size: int, size=Non
         image_files, category_files = image_files[share], category_files[share]
 
     def load(image_file, category_file):
-        image, categories = _read_and_decode(image_file, category_file, height, width)
+        image, categories = _read_and_decode(image_file, category_file, height, width, _num_classes(index))
         if size:
             image = tf.saturate_cast(tf.round(tf.image.resize(image, size)), tf.uint8)
             categories = tf.image.resize(categories[..., None], size, method="nearest")[..., 0]

@@ -16,6 +16,9 @@ import numpy as np
 
 CATEGORY_NAMES = ("void", "flat", "construction", "object", "nature", "sky", "human", "vehicle")
 NUM_CATEGORIES = len(CATEGORY_NAMES)
+# Cityscapes' own colours of the categories, for prediction PNGs.
+CATEGORY_COLOURS = ((0, 0, 0), (128, 64, 128), (70, 70, 70), (153, 153, 153), (107, 142, 35),
+                    (70, 130, 180), (220, 20, 60), (0, 0, 142))
 
 # labelId -> categoryId; categories are contiguous id ranges in the official table.
 LABEL_TO_CATEGORY = {

@@ -54,7 +54,7 @@ def iou_sums(y_true, y_pred):
     """Per-category intersection and union pixel counts, summed over the batch (they add up across
     replicas and batches; the IoU itself does not)."""
     predicted = tf.cast(tf.argmax(y_pred, axis=-1), tf.int32)
-    classes = tf.range(NUM_CATEGORIES)
+    classes = tf.range(y_pred.shape[-1])  # the model's classes: Cityscapes' 8 or the user's
     truth = tf.equal(y_true[..., None], classes)
     guess = tf.equal(predicted[..., None], classes)
     axes = [0, 1, 2]

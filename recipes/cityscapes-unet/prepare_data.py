@@ -1,6 +1,11 @@
-"""Prepare Cityscapes for training: pair every image with its labels, map label ids to 8 categories.
+"""Prepare Cityscapes (or your own images and masks) for training: pair every image with its labels.
 
     python recipes/cityscapes-unet/prepare_data.py --source ~/cityscapes --out data/cityscapes
+    python recipes/cityscapes-unet/prepare_data.py --format pairs --images DIR --masks DIR \
+        --classes classes.yaml --out data/mine
+
+With --format pairs, images and masks are paired by file stem and masks hold class ids or the
+classes file's colours (see pairs.py); everything below holds for both formats.
 
 --source holds the official release: the two downloaded zips (leftImg8bit_trainvaltest.zip,
 gtFine_trainvaltest.zip) or the folders they extract to (leftImg8bit/, gtFine/); either half may be
@@ -33,6 +38,7 @@ from PIL import Image
 
 import labels
 import layout
+import pairs as pairs_format
 
 EXPECTED_LAYOUT = f"""\
 expected in --source, either as downloaded or extracted (each half may be either):
@@ -108,7 +114,7 @@ def open_source(source: pathlib.Path) -> tuple[Half, Half]:
             Half(source, layout.LABEL_DIR, layout.LABEL_ZIP))
 
 
-# --- Pairing -------------------------------------------------------------------------------------
+# --- The official release: pairing and one pair -------------------------------------------------
 
 def pair_files(images: Half, labels_half: Half, splits):
     """Example ids per split that have both files, their source signatures, and the problems."""
@@ -144,22 +150,67 @@ def pair_files(images: Half, labels_half: Half, splits):
     return pairs, signatures, problems
 
 
-# --- One pair: decode, check, map, write ---------------------------------------------------------
-
-def _decode(half: Half, name: str, mode: str, what: str, problems: list):
-    """(decoded image, file bytes), or (None, None) after adding the reason to problems."""
+def decode(read, where: str, problems: list, kind: str = "PNG"):
+    """(decoded PIL image, file bytes), or (None, None) after adding the reason to problems."""
     try:
-        data = half.read(name)
+        data = read()
         image = Image.open(io.BytesIO(data))
         image.load()  # decodes all pixel data: truncated or corrupt files fail here
     except Exception as error:  # zipfile and PIL raise several types; all mean "unreadable"
-        problems.append(f"unreadable PNG: {half.describe(name)} ({error})")
-        return None, None
-    if image.format != "PNG" or image.mode != mode:
-        problems.append(f"not {what}: {half.describe(name)} is {image.format} mode {image.mode}")
+        problems.append(f"unreadable {kind}: {where} ({error})")
         return None, None
     return image, data
 
+
+class CityscapesRelease:
+    """--source: the official release, each half a zip or a folder; label ids map to the 8 categories."""
+    categories, palette = labels.CATEGORY_NAMES, labels.CATEGORY_COLOURS
+
+    def __init__(self, source: pathlib.Path):
+        self.images, self.labels = open_source(source)
+
+    def describe(self) -> str:
+        return (f"reading images from {self.images.describe(layout.IMAGE_DIR)} ({self.images.kind}), "
+                f"labels from {self.labels.describe(layout.LABEL_DIR)} ({self.labels.kind})")
+
+    def pairs(self, splits):
+        return pair_files(self.images, self.labels, splits)
+
+    def image_file(self, split: str, example_id: str) -> str:
+        return self.images.describe(layout.image_member(split, example_id))
+
+    def locate(self, split: str, example_id: str):
+        return None  # the member names follow from the split and id
+
+    def load(self, split: str, example_id: str, located, problems: list):
+        """(image PNG bytes, (height, width), category map) of a checked pair, or None."""
+        image_name, label_name = layout.image_member(split, example_id), layout.label_member(split, example_id)
+        found = []
+        for half, name, mode, what in ((self.images, image_name, "RGB", "an 8-bit RGB PNG"),
+                                       (self.labels, label_name, "L", "an 8-bit grayscale labelIds PNG")):
+            image, data = decode(lambda: half.read(name), half.describe(name), problems)
+            if image is not None and (image.format != "PNG" or image.mode != mode):
+                problems.append(f"not {what}: {half.describe(name)} is {image.format} mode {image.mode}")
+                image = None
+            found.append((image, data))
+        (image, image_bytes), (label, _) = found
+        if image is None or label is None:
+            return None
+        size = (image.height, image.width)
+        if (label.height, label.width) != size:
+            problems.append(f"size mismatch: {self.images.describe(image_name)} is {size[0]}x{size[1]} but "
+                            f"{self.labels.describe(label_name)} is {label.height}x{label.width}")
+            return None
+        label_ids = np.asarray(label)
+        unknown = labels.invalid_label_ids(label_ids)
+        if unknown:
+            problems.append(f"label ids outside 0..33 and 255: {self.labels.describe(label_name)} has "
+                            f"{unknown[:8]} (is it a trainIds or instanceIds file?)")
+            return None
+        return image_bytes, size, labels.to_categories(label_ids)
+
+
+# --- One pair: load and check (per source), then write -------------------------------------------
 
 def _write_atomically(path: pathlib.Path, data: bytes):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,32 +221,20 @@ def _write_atomically(path: pathlib.Path, data: bytes):
 
 def process_pair(task):
     """Validate one pair and write its outputs; returns (example_id, size or None, problems)."""
-    images, labels_half, split, example_id, out, expect_size = task
-    image_name = layout.image_member(split, example_id)
-    label_name = layout.label_member(split, example_id)
+    source, split, example_id, located, out, expect_size = task
     problems = []
-    image, image_bytes = _decode(images, image_name, "RGB", "an 8-bit RGB PNG", problems)
-    label, _ = _decode(labels_half, label_name, "L", "an 8-bit grayscale labelIds PNG", problems)
-    if image is None or label is None:
+    loaded = source.load(split, example_id, located, problems)
+    if loaded is None:
         return example_id, None, problems
-    size = (image.height, image.width)
-    if (label.height, label.width) != size:
-        problems.append(f"size mismatch: {images.describe(image_name)} is {size[0]}x{size[1]} but "
-                        f"{labels_half.describe(label_name)} is {label.height}x{label.width}")
-    elif expect_size and size != tuple(expect_size):
-        problems.append(f"unexpected size: {images.describe(image_name)} and its label are "
+    image_bytes, size, categories = loaded
+    if expect_size and size != tuple(expect_size):
+        problems.append(f"unexpected size: {source.image_file(split, example_id)} and its label are "
                         f"{size[0]}x{size[1]}, --expect-size is {expect_size[0]}x{expect_size[1]}")
-    label_ids = np.asarray(label)
-    unknown = labels.invalid_label_ids(label_ids)
-    if unknown:
-        problems.append(f"label ids outside 0..33 and 255: {labels_half.describe(label_name)} has "
-                        f"{unknown[:8]} (is it a trainIds or instanceIds file?)")
-    if problems:
         return example_id, None, problems
-    categories = io.BytesIO()
-    Image.fromarray(labels.to_categories(label_ids)).save(categories, format="PNG")
+    encoded = io.BytesIO()
+    Image.fromarray(categories).save(encoded, format="PNG")
     _write_atomically(layout.prepared_image(out, split, example_id), image_bytes)
-    _write_atomically(layout.prepared_categories(out, split, example_id), categories.getvalue())
+    _write_atomically(layout.prepared_categories(out, split, example_id), encoded.getvalue())
     return example_id, size, []
 
 
@@ -245,7 +284,7 @@ def _up_to_date(entry: dict, out: pathlib.Path, split: str, example_id: str, sig
             and entry.get("bytes", written) == written)
 
 
-def prepare_split(images, labels_half, split, example_ids, signatures, out, expect_size, workers, log):
+def prepare_split(source, split, example_ids, signatures, out, expect_size, workers, log):
     """Returns (problems, pairs written now, pairs already up to date)."""
     done = read_manifest(out, split)
     todo = [example_id for example_id in example_ids
@@ -258,7 +297,7 @@ def prepare_split(images, labels_half, split, example_ids, signatures, out, expe
     skipped = sorted(set(example_ids) - set(todo))
     valid = list(skipped)  # pairs whose outputs match their source: skipped or written now
     manifest_path(out, split).parent.mkdir(parents=True, exist_ok=True)
-    tasks = [(images, labels_half, split, example_id, out, expect_size) for example_id in todo]
+    tasks = [(source, split, example_id, source.locate(split, example_id), out, expect_size) for example_id in todo]
     workers = min(workers, len(tasks))
     # spawn, not fork: the caller may have started threads (TensorFlow does) that fork would copy.
     pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
@@ -281,7 +320,7 @@ def prepare_split(images, labels_half, split, example_ids, signatures, out, expe
         for size, ids in sorted(sizes.items()):
             if size != common_size:
                 problems.extend(f"size differs from the split's {common_size[0]}x{common_size[1]}: "
-                                f"{images.describe(layout.image_member(split, i))} is {size[0]}x{size[1]}"
+                                f"{source.image_file(split, i)} is {size[0]}x{size[1]}"
                                 for i in ids)
     if not problems:
         (height, width), = sizes
@@ -289,7 +328,8 @@ def prepare_split(images, labels_half, split, example_ids, signatures, out, expe
                           "".join(json.dumps(done[i]) + "\n" for i in example_ids).encode())
         _write_atomically(index, json.dumps({
             "format": layout.INDEX_FORMAT, "split": split, "height": height, "width": width,
-            "categories": list(labels.CATEGORY_NAMES), "examples": example_ids,
+            "categories": list(source.categories), "palette": [list(colour) for colour in source.palette],
+            "examples": example_ids,
             # data.read_index compares these with the files before training
             "bytes": {i: done[i].get("bytes") or _output_bytes(out, split, i) for i in example_ids}},
             indent=1).encode())
@@ -297,17 +337,18 @@ def prepare_split(images, labels_half, split, example_ids, signatures, out, expe
 
 
 def prepare(source, out, splits=("train", "val"), workers=None, expect_size=None, log=print) -> list[str]:
-    """Prepare the given splits; returns every problem found (empty when all splits are complete)."""
-    source, out = pathlib.Path(source), pathlib.Path(out)
-    images, labels_half = open_source(source)
-    log(f"reading images from {images.describe(layout.IMAGE_DIR)} ({images.kind}), "
-        f"labels from {labels_half.describe(layout.LABEL_DIR)} ({labels_half.kind})")
-    pairs, signatures, problems = pair_files(images, labels_half, splits)
+    """Prepare the given splits of `source` (the release's folder, or a pairs.ImageMaskFolders);
+    returns every problem found (empty when all splits are complete)."""
+    if not hasattr(source, "load"):
+        source = CityscapesRelease(pathlib.Path(source))
+    out = pathlib.Path(out)
+    log(source.describe())
+    pairs, signatures, problems = source.pairs(splits)
     workers = workers or os.cpu_count() or 1
     for split in splits:
         started = time.perf_counter()
         split_problems, written, skipped = prepare_split(
-            images, labels_half, split, pairs[split], signatures[split], out, expect_size, workers, log)
+            source, split, pairs[split], signatures[split], out, expect_size, workers, log)
         problems.extend(split_problems)
         complete = layout.index_path(out, split).is_file()
         log(f"{split}: {len(pairs[split])} pairs, {written} written, {skipped} already up to date, "
@@ -318,8 +359,19 @@ def prepare(source, out, splits=("train", "val"), workers=None, expect_size=None
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     epilog=EXPECTED_LAYOUT, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", required=True, help="folder with the two zips or the extracted tree")
+                                     epilog=EXPECTED_LAYOUT + "\n\n--format pairs: " + pairs_format.EXPECTED_PAIRS,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--format", choices=["cityscapes", "pairs"], default="cityscapes",
+                        help="cityscapes: the official release (--source); pairs: your own --images and --masks")
+    parser.add_argument("--source", help="cityscapes: folder with the two zips or the extracted tree")
+    parser.add_argument("--images", help="pairs: folder of .jpg/.png photos (with train/ and val/, or flat)")
+    parser.add_argument("--masks", help="pairs: folder of .png masks, same relative paths and stems as --images")
+    parser.add_argument("--classes", help="pairs: YAML or JSON file of class names (and colours) in id order")
+    parser.add_argument("--val-fraction", type=float, default=0.2,
+                        help="pairs, flat folders: the share of stems that become val (default 0.2, seeded)")
+    parser.add_argument("--size", default=None, metavar="HxW",
+                        help="pairs: resize every image (bilinear) and mask (nearest) to this size, "
+                             "for photos of mixed sizes")
     parser.add_argument("--out", required=True, help="folder for the prepared data (created if missing)")
     parser.add_argument("--splits", default="train,val", help="comma-separated (default train,val)")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
@@ -331,13 +383,21 @@ def main(argv=None) -> int:
         parser.error("--splits is empty; use e.g. --splits train,val")
     if args.workers is not None and args.workers < 1:
         parser.error(f"--workers {args.workers}: use 1 or more")
+    sizes = {}
+    for flag in ("expect_size", "size"):
+        try:
+            sizes[flag] = layout.parse_size(getattr(args, flag)) if getattr(args, flag) else None
+        except ValueError as error:
+            parser.error(f"--{flag.replace('_', '-')}: {error}")
+    needed = ["source"] if args.format == "cityscapes" else ["images", "masks", "classes"]
+    missing = [f"--{flag}" for flag in needed if not getattr(args, flag)]
+    if missing:
+        parser.error(f"--format {args.format} needs {' and '.join(missing)}")
     try:
-        expect_size = layout.parse_size(args.expect_size) if args.expect_size else None
-    except ValueError as error:
-        parser.error(f"--expect-size: {error}")
-    try:
-        problems = prepare(args.source, args.out, splits, args.workers, expect_size)
-    except UsageError as error:
+        source = args.source if args.format == "cityscapes" else pairs_format.ImageMaskFolders(
+            args.images, args.masks, args.classes, args.val_fraction, size=sizes["size"])
+        problems = prepare(source, args.out, splits, args.workers, sizes["expect_size"])
+    except (UsageError, pairs_format.PairsError) as error:
         print(f"prepare_data: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # e.g. --out not writable, disk full
@@ -349,6 +409,8 @@ def main(argv=None) -> int:
               "(pairs already prepared are kept):", file=sys.stderr)
         for problem in sorted(problems):
             print(f"  {problem}", file=sys.stderr)
+        if args.format == "pairs" and any(problem.startswith("size differs") for problem in problems):
+            print("  (photos of mixed sizes: add --size HxW to resize them all)", file=sys.stderr)
         return 1
     return 0
 

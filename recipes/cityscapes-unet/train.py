@@ -96,15 +96,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import data  # noqa: E402
-from common import cli, training  # noqa: E402
+from common import export, training  # noqa: E402
 from common.data import DataError  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
-from labels import NUM_CATEGORIES  # noqa: E402
+from labels import CATEGORY_COLOURS, CATEGORY_NAMES, NUM_CATEGORIES  # noqa: E402
 from model import build_unet, cross_entropy_dice, iou_sums, mean_iou  # noqa: E402
-
-# Cityscapes' own colours for void, flat, construction, object, nature, sky, human, vehicle.
-CATEGORY_COLOURS = [(0, 0, 0), (128, 64, 128), (70, 70, 70), (153, 153, 153), (107, 142, 35),
-                    (70, 130, 180), (220, 20, 60), (0, 0, 142)]
 
 TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou)
 
@@ -121,10 +117,10 @@ def synthetic_dataset(shard, height, width, steps, seed):
     return tf.data.Dataset.from_tensors((images, labels)).repeat(steps * local_replicas)
 
 
-def write_predictions(model, data_dir, folder, count, eval_size):
-    """Colour PNGs (Cityscapes category colours) of image | prediction | truth for `count` val images."""
+def write_predictions(model, data_dir, folder, count, eval_size, colours):
+    """Colour PNGs (one colour per class) of image | prediction | truth for `count` val images."""
     os.makedirs(folder, exist_ok=True)
-    palette = tf.constant(CATEGORY_COLOURS, tf.uint8)
+    palette = tf.constant(colours, tf.uint8)
     written = 0
     for images, labels in data.make_eval_dataset(data_dir, "val", batch_size=1, size=eval_size).take(count):
         predicted = tf.argmax(model(images, training=False), axis=-1)
@@ -143,6 +139,8 @@ def main(args):
     precision = training.configure_precision(args.amp)
 
     synthetic = args.benchmark or args.synthetic
+    # The classes: Cityscapes' 8 categories, or the user's (prepare_data.py --format pairs --classes).
+    class_names, palette = list(CATEGORY_NAMES), list(CATEGORY_COLOURS)
     if synthetic:
         height, width = args.crop or FULL_SIZE
         steps = args.max_steps or 20
@@ -153,6 +151,12 @@ def main(args):
                             "`python recipes/cityscapes-unet/prepare_data.py --source CITYSCAPES --out DIR` "
                             "(or use --benchmark for generated data)")
         num_examples = data.num_examples(args.data_dir, "train")
+        class_names, palette = data.classes(args.data_dir)
+        size = data.image_size(args.data_dir)
+        if not args.eval_size and any(side % 2 ** args.depth for side in size):  # the UNet's skips need this
+            raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}; the UNet of --depth {args.depth} "
+                            f"needs sides that are multiples of {2 ** args.depth}: prepare them with --size HxW, "
+                            "or pass --eval-size and --crop")
 
     trainer = training.Trainer(
         launcher, RECIPE, num_examples=num_examples, per_replica_batch=args.batch_size,
@@ -162,7 +166,7 @@ def main(args):
         steps_per_loop=args.steps_per_loop, seed=args.seed)
 
     with launcher.scope():
-        model = build_unet(args.filters, args.depth, args.dropout, args.batch_norm)
+        model = build_unet(args.filters, args.depth, args.dropout, args.batch_norm, num_classes=len(class_names))
         rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
         optimizer = keras.optimizers.Adam(rate)
     trainer.setup(model, optimizer)
@@ -183,7 +187,7 @@ def main(args):
     extra = {"precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
              "crop": args.crop, "shard_late": args.shard_late,
              "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
-             "parameters": model.count_params(), "final_metrics": {}}
+             "parameters": model.count_params(), "classes": class_names, "final_metrics": {}}
     if not synthetic:
         # Every process evaluates its own share of the val images; the sums are added up over processes.
         share = launcher.eval_share(data.num_examples(args.data_dir, "val"))
@@ -195,9 +199,16 @@ def main(args):
         training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}")
         extra["final_metrics"] = {"val": val}
         if args.predict_dir and launcher.is_chief:
-            written = write_predictions(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size)
+            written = write_predictions(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size,
+                                        palette)
             training.log(launcher, f"wrote {written} prediction PNGs to {args.predict_dir}")
     trainer.save_results(extra)
+    export.export_model(launcher, results_dir, model, lambda: build_unet(args.filters, args.depth, args.dropout,
+                                                                         args.batch_norm, len(class_names)),
+                        enabled=args.export, recipe=RECIPE, task=export.SEGMENTATION, class_names=class_names,
+                        palette=palette, image_size=args.eval_size or (args.crop or FULL_SIZE if synthetic else size),
+                        channels=3,
+                        to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
 
 
 if __name__ == "__main__":

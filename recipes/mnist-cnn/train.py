@@ -15,6 +15,10 @@ or all of them through `invoke run mnist-cnn --gpus N --launcher L`.
 Data: TFDS `mnist`, or `--data-dir DIR` holding either a TFDS data directory or the Keras
 `mnist.npz` (what `keras.datasets.mnist.load_data()` downloads) for clusters without internet.
 `--synthetic` trains on generated digits-like images instead, for benchmarks and tests.
+Your own photos: `--data-format image-folder --data-dir DIR`, DIR holding train/ and val/ with one
+subfolder per class (common/image_folder.py); each photo becomes 28x28 grayscale (decoded, resized
+bilinearly, rounded to uint8: what the export does to a client's image), and the classes, sorted
+folder names, set the model's output size.
 """
 import os
 import sys
@@ -22,7 +26,7 @@ import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from common import cli  # noqa: E402
+from common import cli, image_folder  # noqa: E402
 
 RECIPE = "mnist-cnn"
 
@@ -36,6 +40,7 @@ def parse_args(argv=None):
                         help="sgd (momentum 0.9) is sensitive to the gradient scale, which Adam hides")
     parser.add_argument("--no-dropout", action="store_true",
                         help="disable dropout (parity tests: masks are drawn per replica)")
+    image_folder.add_args(parser, default="mnist")
     return parser.parse_args(argv)
 
 
@@ -46,7 +51,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from common import training  # noqa: E402
+from common import export, training  # noqa: E402
 from common.data import DataError, can_download, check_labels, error_reason, sharded_order  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
 
@@ -125,6 +130,23 @@ def synthetic_mnist(seed, train=10_000, test=2_000):
     return images[:train], labels[:train], images[train:], labels[train:]
 
 
+def load_image_folder(data_dir, val_fraction, seed):
+    """Your own photos as 28x28 grayscale arrays (x_train, y_train, x_val, y_val) and the class names."""
+    folder = image_folder.read_image_folder(data_dir, val_fraction, seed)
+    arrays = []
+    for split in (image_folder.TRAIN, image_folder.VAL):
+        images = []
+        for path in folder.files(split):
+            try:
+                with open(path, "rb") as handle:
+                    encoded = tf.constant([handle.read()])
+                images.append(export.decode_images(encoded, (28, 28), 1).numpy()[0, ..., 0])
+            except (OSError, tf.errors.OpError) as error:
+                raise image_folder.unreadable(path, error_reason(error)) from None
+        arrays += [np.stack(images), folder.labels(split)]
+    return (*arrays, folder.class_names)
+
+
 def load_mnist(data_dir, synthetic, seed):
     if synthetic:
         return synthetic_mnist(seed)
@@ -152,7 +174,7 @@ def make_eval_dataset(images, labels, batch_size=1000):
 # ## Model
 # The output layer stays float32 under --amp so that the softmax and the loss keep full precision.
 
-def build_model(dropout=True):
+def build_model(dropout=True, num_classes=NUM_CLASSES):
     return keras.Sequential([
         keras.Input((28, 28, 1)),
         keras.layers.Conv2D(32, 3, activation="relu"),
@@ -162,11 +184,12 @@ def build_model(dropout=True):
         keras.layers.Flatten(),
         keras.layers.Dense(128, activation="relu"),
         keras.layers.Dropout(0.5 if dropout else 0.0),
-        keras.layers.Dense(10, activation="softmax", dtype="float32"),
+        keras.layers.Dense(num_classes, activation="softmax", dtype="float32"),
     ], name="mnist_cnn")
 
 
 TASK = training.classification_task()  # cross-entropy loss, accuracy metric
+class_names = [str(digit) for digit in range(NUM_CLASSES)]
 
 
 def main(args):
@@ -177,7 +200,11 @@ def main(args):
     keras.utils.set_random_seed(args.seed)
     precision = training.configure_precision(args.amp)
 
-    x_train, y_train, x_test, y_test = load_mnist(args.data_dir, args.synthetic, args.seed)
+    names = class_names
+    if args.data_format == "image-folder":
+        x_train, y_train, x_test, y_test, names = load_image_folder(args.data_dir, args.val_fraction, args.seed)
+    else:
+        x_train, y_train, x_test, y_test = load_mnist(args.data_dir, args.synthetic, args.seed)
     trainer = training.Trainer(
         launcher, RECIPE, num_examples=len(x_train), per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
@@ -186,7 +213,7 @@ def main(args):
         steps_per_loop=args.steps_per_loop, seed=args.seed)
 
     with launcher.scope():
-        model = build_model(dropout=not args.no_dropout)
+        model = build_model(dropout=not args.no_dropout, num_classes=len(names))
         rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
         optimizer = (keras.optimizers.Adam(rate) if args.optimizer == "adam"
                      else keras.optimizers.SGD(rate, momentum=0.9))
@@ -202,8 +229,12 @@ def main(args):
     share = launcher.eval_share(len(x_test))
     test_metrics = trainer.evaluate(make_eval_dataset(x_test[share], y_test[share]), TASK)
     training.log(launcher, f"test: loss {test_metrics['loss']:.4f}  accuracy {test_metrics['accuracy']:.4f}")
-    trainer.save_results({"final_metrics": {"test": test_metrics}, "precision": precision,
-                          "data": "synthetic" if args.synthetic else "mnist"})
+    data = "synthetic" if args.synthetic else args.data_format
+    trainer.save_results({"final_metrics": {"test": test_metrics}, "precision": precision, "data": data,
+                          "classes": names})
+    export.export_model(launcher, results_dir, model, lambda: build_model(num_classes=len(names)),
+                        enabled=args.export, recipe=RECIPE, task=export.CLASSIFICATION, class_names=names, image_size=(28, 28), channels=1,
+                        to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
 
 
 if __name__ == "__main__":

@@ -78,3 +78,12 @@ def test_single_device_loads_a_weights_file_and_trains(runs, keras_backbone_file
     assert (results["launcher"], results["replicas"], results["global_batch"]) == ("single", 1, 2)
     assert results["weights"] == str(keras_backbone_file)
     assert results["final_metrics"]["validation"]["examples"] == SPLITS["validation"]
+
+
+def test_the_single_device_run_exports_a_savedmodel_that_serves_the_trained_model(runs, tmp_path):
+    from export_checks import check_export
+
+    process, results_dir = runs["single"]
+    assert_ok(process)
+    check_export(results_dir, tmp_path, recipe="cassava-resnet", build_args=(64, None), size=(64, 64), channels=3,
+                 to_model=lambda images: images, classes=["cbb", "cbsd", "cgm", "cmd", "healthy"])

@@ -144,3 +144,14 @@ def test_the_tolerance_catches_a_launcher_that_trains_a_different_model(parity_r
     for control in ("own-half-only", "summed"):
         if control in parity_runs:
             assert not within_parity(parity_runs[control], parity_runs["single"]), control
+
+
+@pytest.mark.parametrize("launcher", ["multiworker", "horovod"])
+def test_the_chief_exports_a_savedmodel_that_serves_the_trained_model(acceptance_runs, launcher, tmp_path):
+    from export_checks import check_export
+
+    process, results_dir = acceptance_runs[launcher]
+    assert_ok(process)
+    assert process.stdout.count("export: ") == 1  # the chief only, once per job
+    check_export(results_dir, tmp_path, recipe="mnist-cnn", build_args=(), size=(28, 28), channels=1,
+                 to_model=lambda images: images.astype(np.float32) / 255.0, classes=[str(d) for d in range(10)])

@@ -5,8 +5,15 @@
   passes `invoke launch-files --check` and is in `invoke nightly --dry`;
 - recipes/mnist-cnn plus common/ copied into an empty folder outside any checkout: its train.py runs
   there, with nothing else of this repository.
+
+And the README's two journeys, run as written in a copy of the repository: "Start your own recipe"
+(invoke new, a folder of photos, multiworker, predict) and "Use the trained model" (your own images
+and masks, cityscapes-unet, predict).
 """
+import csv
+import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,7 +21,10 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REPO, assert_ok, read_results
+from ci.nightly import matrix as nightly
+from helpers import REPO, assert_ok, read_results, recipe_module
+from common import image_folder
+from image_folder_data import CLASSES, write_image_folder
 from test_mnist_launchers import WEIGHT_ATOL, load_weights
 
 pytestmark = pytest.mark.slow
@@ -33,6 +43,13 @@ def checkout_files() -> list[str]:
     return [path for path in listed.split("\0") if path and os.path.isfile(REPO / path)]
 
 
+def copy_checkout(root):
+    for path in checkout_files():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / path, root / path)
+    return root
+
+
 def invoke_in(root, *args, env=None, timeout=900):
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=root, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
@@ -41,10 +58,7 @@ def invoke_in(root, *args, env=None, timeout=900):
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     """A copy of the repository with recipes/my-cnn made by `invoke new`."""
-    root = tmp_path_factory.mktemp("checkout") / "tf-recipes"
-    for path in checkout_files():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / path, root / path)
+    root = copy_checkout(tmp_path_factory.mktemp("checkout") / "tf-recipes")
     process = invoke_in(root, "new", NAME, "--from", "mnist-cnn", "--add-to-nightly")
     assert_ok(process)
     return root, process
@@ -136,3 +150,100 @@ def test_a_recipe_folder_and_common_copied_out_of_the_repository_train(tmp_path)
     assert_ok(process)
     results = read_results(project / "results" / "mnist-cnn")
     assert results["steps"] == 3 and results["recipe"] == "mnist-cnn"
+
+
+# -- the README's journey: invoke new -> train on a folder of photos under multiworker -> predict ------
+
+def readme_section(title) -> list[list[str]]:
+    """The shell lines of a section of README.md, as words."""
+    text = (REPO / "README.md").read_text()
+    section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    return [shlex.split(line) for line in nightly.shell_lines(section)]
+
+
+@pytest.fixture(scope="module")
+def journey(tmp_path_factory):
+    """A fresh copy of the repository, a generated folder of photos where the README puts one, and
+    the README's lines run there as written."""
+    root = copy_checkout(tmp_path_factory.mktemp("journey") / "tf-recipes")
+    lines = readme_section("Start your own recipe")
+    data = next(words[words.index("--data-dir") + 1] for words in lines if "--data-dir" in words)
+    write_image_folder(root / data, per_class=(16, 4))
+    for words in lines:
+        assert words[0] == "invoke", words
+        assert_ok(invoke_in(root, *words[1:]))
+    return root, lines
+
+
+def test_the_readme_journey_runs_as_written(journey):
+    root, lines = journey
+    assert [words[1] for words in lines] == ["new", "run", "predict"]
+    run, predict = lines[1], lines[2]
+    results = root / run[run.index("--results-dir") + 1]
+    assert read_results(results)["launcher"] == "multiworker" and read_results(results)["replicas"] == 2
+    out = root / predict[predict.index("--out") + 1]
+    with open(out / "predictions.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+
+    # The in-memory model: the new recipe's own model and loader, and the run's final weights.
+    train = load_train_module(root / "recipes" / NAME / "train.py")
+    data = root / run[run.index("--data-dir") + 1]
+    _, _, images, _, class_names = train.load_image_folder(str(data), None, 0)
+    assert class_names == sorted(CLASSES) and read_results(results)["classes"] == class_names
+    model = train.build_model(num_classes=len(class_names))
+    model.load_weights(results / "final.weights.h5")
+    probabilities = model.predict(images[..., None].astype("float32") / 255.0, verbose=0)
+    val_files = image_folder.read_image_folder(str(data)).files(image_folder.VAL)
+    by_file = {os.path.normpath(os.path.join(root, row["file"])): row  # relative to where predict ran
+               for row in rows}
+    assert len(val_files) == len(rows) == len(probabilities)
+    for path, expected in zip(val_files, probabilities):
+        row = by_file[path]
+        assert row["class"] == class_names[int(np.argmax(expected))], path
+        assert abs(float(row["probability"]) - float(np.max(expected))) < 1e-5, path
+
+
+def load_train_module(path):
+    spec = importlib.util.spec_from_file_location("my_cnn_train", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- the README's other journey: your own images and masks -> cityscapes-unet -> predict ----------
+
+def test_the_readme_own_segmentation_data_journey_runs_as_written(tmp_path):
+    """prepare_data.py --format pairs on generated photos and masks where the README puts them, then
+    its invoke lines; each class-area JSON must be what the trained model predicts on that photo."""
+    import json
+
+    import tensorflow as tf
+    from PIL import Image
+    from seg_pairs_data import CLASSES, write_pairs
+
+    root = copy_checkout(tmp_path / "tf-recipes")
+    lines = readme_section("Use the trained model")
+    prepare, run, predict = lines
+    images = prepare[prepare.index("--images") + 1]
+    assert prepare[prepare.index("--masks") + 1] == os.path.join(os.path.dirname(images), "masks")
+    write_pairs(root / os.path.dirname(images), count=12, size=(64, 128), masks="colours")
+    assert (prepare[0], run[0], predict[0]) == ("python", "invoke", "invoke")
+    assert_ok(subprocess.run([sys.executable, *prepare[1:]], cwd=root, capture_output=True, text=True, timeout=600))
+    for words in (run, predict):
+        assert_ok(invoke_in(root, *words[1:]))
+
+    results = root / run[run.index("--results-dir") + 1]
+    names = [c["name"] for c in CLASSES]
+    assert read_results(results)["classes"] == names
+    model = recipe_module("cityscapes-unet", "model").build_unet(8, 2, 0.0, True, len(names))  # --preset tiny
+    model.load_weights(results / "final.weights.h5")
+    out = root / predict[predict.index("--out") + 1]
+    photos = sorted((root / images).glob("*.jpg"))
+    assert sorted(p.name for p in out.glob("*.json")) == sorted(p.stem + ".json" for p in photos)
+    for photo in photos:
+        decoded = tf.io.decode_jpeg(tf.io.read_file(str(photo)), channels=3)
+        predicted = np.argmax(model(tf.cast(decoded[None], tf.float32) / 255.0, training=False)[0], axis=-1)
+        expected = np.bincount(predicted.ravel(), minlength=len(names)) / predicted.size
+        areas = json.loads((out / f"{photo.stem}.json").read_text())["class_fractions"]
+        np.testing.assert_allclose([areas[name] for name in names], expected, atol=1e-3, err_msg=photo.name)
+        assert Image.open(out / f"{photo.stem}.png").size == (128, 64)

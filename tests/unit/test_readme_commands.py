@@ -25,6 +25,9 @@ RUN_BY = {
     "bash ci/test.sh": (
         "tests/unit/test_workflows.py::test_ci_runs_the_readmes_test_command",
         "CI runs it on every push and pull request (ci.yml -> .ci/run -> bash ci/test.sh); the test checks that chain"),
+    "prepare_data.py --format pairs --images data/my-scenes/images": (
+        "tests/integration/test_new_recipe.py::test_the_readme_own_segmentation_data_journey_runs_as_written",
+        "runs the README's 'Use the trained model' lines as written, on generated photos and masks"),
     # docs/benchmarks.md
     "-m ci.bench.host_overhead": (
         "tests/integration/test_host_overhead.py::test_the_benchmark_runs_and_reports_every_loop",
@@ -33,6 +36,10 @@ RUN_BY = {
     "~/my-project": (
         "tests/integration/test_new_recipe.py::test_a_recipe_folder_and_common_copied_out_of_the_repository_train",
         "copies recipes/mnist-cnn and common/ into an empty folder in this layout and runs train.py there"),
+    # docs/using.md
+    "saved_model_cli show --all --dir": (
+        "tests/integration/test_mnist_launchers.py::test_the_chief_exports_a_savedmodel_that_serves_the_trained_model",
+        "tests/export_checks.py runs saved_model_cli show --all on the export of each launcher's run"),
     # docs/running.md
     "tensorboard --logdir results/": (
         "tests/integration/test_tensorboard.py::test_tensorboard_lists_the_scalars_of_a_run",
@@ -106,11 +113,32 @@ def name(doc: pathlib.Path) -> str:
     return str(doc.relative_to(REPO))
 
 
+# Docs whose commands start with `invoke new NAME --from SOURCE` and then use the new recipe: the test
+# that runs those lines as written, in a copy of the repository. Here they are dry-run on SOURCE.
+JOURNEYS = {"README.md": "tests/integration/test_new_recipe.py::test_the_readme_journey_runs_as_written",
+            "docs/starting.md": "tests/integration/test_new_recipe.py::test_the_new_recipe_is_the_source_renamed_with_next_steps"}
+
+
 def invoke_commands():
     for doc in DOCS:
+        made = {}  # recipes the doc makes with `invoke new`: name -> source
         for number, line in shell_lines(doc):
             if is_invoke(line):
-                yield pytest.param(shlex.split(line, comments=True)[1:], id=f"{name(doc)}:{number}: {line[:90]}")
+                args = shlex.split(line, comments=True)[1:]
+                if args[:1] == ["new"] and "--from" in args:
+                    made[args[1]] = args[args.index("--from") + 1]
+                elif len(args) > 1 and args[1] in made:
+                    args = [args[0], made[args[1]], *args[2:]]
+                yield pytest.param(args, id=f"{name(doc)}:{number}: {line[:90]}")
+
+
+def test_a_doc_that_makes_a_recipe_names_the_test_that_runs_its_journey():
+    for doc in DOCS:
+        if any(is_invoke(line) and shlex.split(line, comments=True)[1:2] == ["new"] for _, line in shell_lines(doc)):
+            assert name(doc) in JOURNEYS, f"{name(doc)} makes a recipe with invoke new: add its journey test to JOURNEYS"
+    for test in JOURNEYS.values():
+        path, function = test.split("::")
+        assert function in defined_functions(REPO / path), test
 
 
 def other_lines():

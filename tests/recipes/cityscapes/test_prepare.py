@@ -152,7 +152,7 @@ def test_rerun_skips_done_work_and_redoes_only_changed_pairs(fixture_ids, tmp_pa
 
 
 @pytest.mark.parametrize("args,expected", [
-    ([], "the following arguments are required: --source"),
+    ([], "--format cityscapes needs --source"),
     (["--source", "/nonexistent/cityscapes"], "is not a folder"),
     (["--source", "EMPTY"], layout.IMAGE_ZIP),
     (["--source", "EMPTY", "--expect-size", "big"], "--expect-size"),

@@ -10,7 +10,8 @@ README = REPO / "recipes" / "cityscapes-unet" / "README.md"
 
 
 def shown_commands():
-    blocks = re.findall(r"```(?:bash|sh|console)?\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = [block for language, block in re.findall(r"```(\w*)\n(.*?)```", README.read_text(), flags=re.S)
+              if language in ("", "bash", "sh", "console")]
     return [shlex.split(line[line.index("python "):]) for block in blocks
             for line in block.replace("\\\n", " ").splitlines()
             if "python recipes/cityscapes-unet/" in line]

@@ -14,12 +14,14 @@ pytestmark = pytest.mark.slow
 def test_benchmark_mode_measures_generated_full_size_batches(tmp_path):
     # Full-size tensors at a tiny model: the mode is what is tested here, not the speed.
     process = run_python(f"{RECIPE}/train.py", "--benchmark", "--preset", "tiny", "--crop", "1024x2048",
-                         "--batch-size", "1", "--max-steps", "3", "--warmup-steps", "1", "--results-dir", str(tmp_path))
+                         "--batch-size", "1", "--max-steps", "3", "--warmup-steps", "1", "--results-dir", str(tmp_path),
+                         "--no-export")
     assert_ok(process)
     results = read_results(tmp_path)
     assert results["mode"] == "benchmark" and results["crop"] == [1024, 2048]
     assert results["timed_steps"] == 2 and results["images_per_sec"] > 0
     assert results["step_time_p90_ms"] >= results["step_time_p50_ms"] > 0
+    assert not (tmp_path / "export").exists()  # --no-export
 
 
 def test_profile_and_predictions_are_written(prepared, tmp_path):
@@ -31,6 +33,25 @@ def test_profile_and_predictions_are_written(prepared, tmp_path):
     assert any(name.endswith(".xplane.pb") for name in traces), traces
     pngs = sorted(os.listdir(tmp_path / "pred"))
     assert pngs == ["val_0000.png", "val_0001.png"]
+    check_segmentation_export(tmp_path)
+
+
+def check_segmentation_export(tmp_path):
+    """RESULTS/export of the run above: served class ids and probabilities at the crop size, the classes file."""
+    import json
+
+    import numpy as np
+    from export_checks import check_export
+
+    from helpers import recipe_module
+    train = recipe_module("cityscapes-unet", "train")
+    served = check_export(tmp_path / "run", tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, True), size=(64, 128),
+                          channels=3, to_model=lambda images: images.astype(np.float32) / 255.0,
+                          classes=list(train.CATEGORY_NAMES))
+    assert served["class_ids"].shape == (3, 64, 128)
+    classes = json.loads((tmp_path / "run" / "export" / "classes.json").read_text())
+    assert [(c["id"], c["name"], tuple(c["colour"])) for c in classes] == [
+        (i, name, colour) for i, (name, colour) in enumerate(zip(train.CATEGORY_NAMES, train.CATEGORY_COLOURS))]
 
 
 @pytest.mark.parametrize("args,message", [

@@ -1,0 +1,116 @@
+"""A folder of class-named subfolders of photos (the Keras image_dataset_from_directory layout), as
+lists of files and labels for the classification recipes (`--data-format image-folder`).
+
+    DIR/train/CLASS/*.jpg|*.jpeg|*.png  and  DIR/val/CLASS/...      two splits, or
+    DIR/CLASS/...  with --val-fraction F                           one folder, split here
+
+Class names are the subfolder names, sorted; label i is the i-th name. Files are listed in sorted
+order, so every process of a job (and every launcher) sees the same list; the split of one folder
+is drawn from --seed, the same in every process. Only lists are built here: decoding is the
+recipe's (cassava-resnet caches it, mnist-cnn converts to 28x28 grayscale in memory).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from common.data import DataError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+TRAIN, VAL = "train", "val"
+
+
+@dataclass
+class ImageFolder:
+    root: str
+    class_names: list[str]
+    splits: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)  # split -> (paths, labels)
+
+    @property
+    def data_dir(self) -> str:
+        return self.root
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def files(self, split: str) -> list[str]:
+        return self.splits[split][0]
+
+    def labels(self, split: str) -> np.ndarray:
+        return self.splits[split][1]
+
+
+def _classes(folder: str) -> dict[str, list[str]]:
+    """Class name -> sorted image paths, for each subfolder; an empty class is a DataError."""
+    classes = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if not os.path.isdir(path):
+            continue
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_SUFFIXES))
+        if not files:
+            raise DataError(f"class {name!r} in {folder} holds no .jpg, .jpeg or .png file; "
+                            "add its photos or remove the folder")
+        classes[name] = files
+    if not classes:
+        raise DataError(f"{folder} holds no class subfolders; expected one folder of photos per class")
+    return classes
+
+
+def _as_split(classes: dict[str, list[str]], names: list[str]) -> tuple[list[str], np.ndarray]:
+    paths = [path for name in names for path in classes.get(name, [])]
+    labels = np.array([i for i, name in enumerate(names) for _ in classes.get(name, [])], np.int32)
+    return paths, labels
+
+
+def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: int = 0) -> ImageFolder:
+    """The folder's classes and its train and val splits (paths, labels), or a one-line DataError."""
+    if not data_dir or not os.path.isdir(data_dir):
+        raise DataError(f"--data-dir {data_dir} does not exist; --data-format image-folder needs a folder "
+                        "with train/ and val/ (or one folder of classes and --val-fraction)")
+    if val_fraction is not None:
+        if not 0 < val_fraction < 1:
+            raise DataError(f"--val-fraction {val_fraction} must be between 0 and 1")
+        classes = _classes(data_dir)
+        rng = np.random.default_rng(seed)
+        train, val = {}, {}
+        for name, files in classes.items():
+            order = rng.permutation(len(files))
+            cut = max(1, int(round(len(files) * val_fraction)))
+            if cut >= len(files):
+                raise DataError(f"class {name!r} in {data_dir} has {len(files)} photo(s): too few to keep "
+                                f"some for training with --val-fraction {val_fraction}")
+            val[name] = sorted(files[i] for i in order[:cut])
+            train[name] = sorted(files[i] for i in order[cut:])
+        names = sorted(classes)
+        return ImageFolder(data_dir, names, {TRAIN: _as_split(train, names), VAL: _as_split(val, names)})
+    found = {split: os.path.join(data_dir, split) for split in (TRAIN, VAL)}
+    for split, path in found.items():
+        if not os.path.isdir(path):
+            raise DataError(f"{data_dir} has no {split}/ folder; give train/ and val/ of class subfolders, "
+                            "or pass --val-fraction F to split one folder of classes")
+    train, val = _classes(found[TRAIN]), _classes(found[VAL])
+    for name in sorted(set(train) - set(val)):
+        raise DataError(f"class {name!r} is in {found[TRAIN]} but not in {found[VAL]}; add its validation photos")
+    for name in sorted(set(val) - set(train)):
+        raise DataError(f"class {name!r} is in {found[VAL]} but not in {found[TRAIN]}; remove it or add training photos")
+    names = sorted(train)
+    return ImageFolder(data_dir, names, {TRAIN: _as_split(train, names), VAL: _as_split(val, names)})
+
+
+def unreadable(path: str, reason: str) -> DataError:
+    return DataError(f"{path} cannot be decoded as an image ({reason}); replace or remove it")
+
+
+def add_args(parser, default: str) -> None:
+    """--data-format (DEFAULT or image-folder) and --val-fraction, on a recipe's parser."""
+    group = parser.add_argument_group("your own photos")
+    group.add_argument("--data-format", choices=[default, "image-folder"], default=default,
+                       help="image-folder: --data-dir holds train/ and val/ (or, with --val-fraction, one "
+                            "folder), each with one subfolder of .jpg/.png photos per class")
+    group.add_argument("--val-fraction", type=float, default=None, metavar="F",
+                       help="image-folder without val/: keep this fraction of each class for validation "
+                            "(drawn from --seed)")

@@ -1,0 +1,16 @@
+"""cityscapes-unet: predict with an exported model: the category of every pixel of each street photo: a colour overlay PNG and a class-area JSON per image.
+
+    python recipes/cityscapes-unet/predict.py --model RESULTS/export --input FILE_OR_FOLDER --out DIR
+
+or `invoke predict cityscapes-unet --model RESULTS/export --input FILE_OR_FOLDER --out DIR`. Reads only the export
+(written at the end of train.py, see docs/using.md), never this recipe's training code.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+from common import predicting  # noqa: E402
+
+if __name__ == "__main__":
+    predicting.main(__doc__.split("\n")[0], "segmentation")

@@ -1,0 +1,116 @@
+"""`invoke predict` and ci.bench.predict on exports written by real (tiny) training runs.
+
+mnist-cnn (classification) and cityscapes-unet (segmentation, --benchmark data at a 64x128 crop) each
+train a few steps; their RESULTS/export is what predict.py and the benchmark read.
+"""
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from export_checks import served_outputs, write_test_images
+from helpers import assert_ok, run_invoke, run_python
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("predict-runs")
+    mnist, cityscapes = tmp / "mnist", tmp / "cityscapes"
+    for process in (
+            run_python("recipes/mnist-cnn/train.py", "--synthetic", "--max-steps", "3", "--results-dir", str(mnist)),
+            run_python("recipes/cityscapes-unet/train.py", "--benchmark", "--preset", "tiny", "--max-steps", "2",
+                       "--warmup-steps", "0", "--results-dir", str(cityscapes))):
+        assert_ok(process)
+    return {"mnist": mnist, "cityscapes": cityscapes}
+
+
+def inputs_with_a_bad_file(folder, size, channels):
+    """3 PNGs of the model's size, a JPEG of another size, and a file that is no image."""
+    files, _ = write_test_images(folder, size, channels)
+    jpeg = np.random.default_rng(1).integers(0, 256, (size[0] * 2, size[1] + 7, channels), dtype=np.uint8)
+    tf.io.write_file(str(folder / "other.jpg"), tf.io.encode_jpeg(jpeg))
+    (folder / "notes.txt").write_text("not an image")
+    return sorted([*files, str(folder / "other.jpg")]), str(folder / "notes.txt")
+
+
+def assert_one_line_error(process, bad, total):
+    assert process.returncode == 2, process.stderr[-3000:]
+    assert "Traceback" not in process.stderr
+    assert f"unreadable: {bad} (" in process.stderr
+    assert f"error: 1 of {total} input files could not be read" in process.stderr
+
+
+def test_classification_writes_the_csv_and_names_the_unreadable_file(runs, tmp_path):
+    good, bad = inputs_with_a_bad_file(tmp_path / "in", (28, 28), 1)
+    out = tmp_path / "out"
+    process = run_invoke("predict", "mnist-cnn", "--model", str(runs["mnist"] / "export"), "--input",
+                         str(tmp_path / "in"), "--out", str(out), "--batch-size", "2", "--top-k", "4")
+    assert_one_line_error(process, bad, 5)
+    assert "predict: 2/5 files" in process.stdout and "predict: 5/5 files" in process.stdout
+    assert sorted(os.listdir(out)) == ["predictions.csv"]  # no temporary file left
+    with open(out / "predictions.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["file"] for row in rows] == good
+    served = served_outputs(runs["mnist"] / "export", good, tmp_path)
+    for row, probabilities in zip(rows, served["probabilities"]):
+        assert row["class"] == str(probabilities.argmax())
+        assert abs(float(row["probability"]) - probabilities.max()) < 1e-6
+        top = [entry.split(":") for entry in row["top_4"].split()]
+        assert [name for name, _ in top] == [str(i) for i in probabilities.argsort()[::-1][:4]]
+
+
+def test_segmentation_writes_overlays_and_class_areas(runs, tmp_path):
+    good, bad = inputs_with_a_bad_file(tmp_path / "in", (64, 128), 3)
+    out = tmp_path / "out"
+    process = run_python("recipes/cityscapes-unet/predict.py", "--model", str(runs["cityscapes"]), "--input",
+                         str(tmp_path / "in"), "--out", str(out), "--batch-size", "3")
+    assert_one_line_error(process, bad, 5)
+    stems = sorted(os.path.splitext(os.path.basename(path))[0] for path in good)
+    assert sorted(os.listdir(out)) == sorted([f"{stem}.png" for stem in stems] + [f"{stem}.json" for stem in stems])
+    served = served_outputs(runs["cityscapes"] / "export", good, tmp_path)
+    colours = np.array([c["colour"] for c in json.loads((runs["cityscapes"] / "export" / "classes.json").read_text())])
+    names = (runs["cityscapes"] / "export" / "labels.txt").read_text().splitlines()
+    for path, class_ids in zip(good, served["class_ids"]):
+        stem = os.path.splitext(os.path.basename(path))[0]
+        areas = json.loads((out / f"{stem}.json").read_text())
+        expected = np.bincount(class_ids.ravel(), minlength=len(names)) / class_ids.size
+        np.testing.assert_allclose([areas["class_fractions"][name] for name in names], expected)
+        overlay = tf.io.decode_png(tf.io.read_file(str(out / f"{stem}.png"))).numpy()
+        assert overlay.shape == (64, 128, 3)
+        if path.endswith(".png"):  # at the model's size: the overlay is the mean of image and colour
+            image = tf.io.decode_png(tf.io.read_file(path)).numpy().astype(int)
+            np.testing.assert_array_equal(overlay, (image + colours[class_ids]) // 2)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "{tmp}/nothing"], "no exported model there"),
+    (["--model", "{cityscapes}"], "is a segmentation model of cityscapes-unet"),
+    (["--input", "{tmp}/missing"], "no such file or folder"),
+])
+def test_a_wrong_model_or_input_is_one_line(runs, tmp_path, args, message):
+    files, _ = write_test_images(tmp_path / "in", (28, 28), 1, count=1)
+    given = {"--model": str(runs["mnist"]), "--input": files[0]}
+    given.update(dict(zip(args[::2], [value.format(tmp=tmp_path, cityscapes=runs["cityscapes"]) for value in args[1::2]])))
+    process = run_python("recipes/mnist-cnn/predict.py", *[item for pair in given.items() for item in pair],
+                         "--out", str(tmp_path / "out"))
+    assert process.returncode == 2 and "Traceback" not in process.stderr
+    assert process.stderr.strip().splitlines()[-1].startswith("error: ") and message in process.stderr
+
+
+def test_the_benchmark_compares_predict_with_keras_predict_on_the_same_images(runs, tmp_path):
+    report_file = tmp_path / "predict.json"
+    process = run_python("-m", "ci.bench.predict", "--results", str(runs["mnist"]), "--images", "32",
+                         "--batch-size", "8", "--rounds", "2", "--json", str(report_file))
+    assert_ok(process)
+    report = json.loads(report_file.read_text())
+    assert (report["recipe"], report["images"], report["batch_size"]) == ("mnist-cnn", 32, 8)
+    assert len(report["export_rounds"]) == len(report["keras_rounds"]) == 2
+    assert report["export_images_per_sec"] > 0 and report["keras_predict_images_per_sec"] > 0
+    ratio = report["export_images_per_sec"] / report["keras_predict_images_per_sec"]
+    assert report["ratio"] == pytest.approx(ratio, rel=1e-3)  # the rates are rounded to 0.1
+    assert report["command"].startswith("python -m ci.bench.predict --results")

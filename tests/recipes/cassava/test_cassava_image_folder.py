@@ -1,0 +1,101 @@
+"""cassava-resnet on the user's own photos: `--data-format image-folder` (tests/image_folder_data.py)
+goes through the same decode-once cache and sharded order as TFDS cassava."""
+import numpy as np
+import pytest
+
+from common.data import DataError, InputShard
+from common.image_folder import read_image_folder
+from error_checks import assert_one_line_error
+from helpers import RECIPES, assert_ok, read_results, recipe_module, run_python
+from image_folder_data import CLASSES, write_image_folder, write_photo
+
+TRAIN = str(RECIPES / "cassava-resnet" / "train.py")
+input_pipeline = recipe_module("cassava-resnet", "input_pipeline")
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    return write_image_folder(tmp_path_factory.mktemp("photos"), per_class=(6, 2))
+
+
+def test_classes_come_from_the_folders_sorted(photos):
+    folder = read_image_folder(str(photos))
+    assert folder.class_names == sorted(CLASSES)
+    assert len(folder.files("train")) == 18 and len(folder.files("val")) == 6
+    assert sorted(set(folder.labels("train").tolist())) == [0, 1, 2]
+    assert all(f"/train/{CLASSES[label]}/" in path
+               for path, label in zip(folder.files("train"), folder.labels("train")))
+
+
+def test_val_fraction_splits_one_folder_the_same_way_for_a_seed(tmp_path):
+    root = write_image_folder(tmp_path, per_class=(6, 2), split=False)
+    first, again, other = (read_image_folder(str(root), 0.25, seed) for seed in (1, 1, 2))
+    assert first.files("val") == again.files("val") and first.files("val") != other.files("val")
+    assert len(first.files("val")) == 6 and not set(first.files("val")) & set(first.files("train"))
+
+
+def test_a_launcher_split_of_the_cache_gives_the_same_global_batches(photos, tmp_path, monkeypatch):
+    """One pipeline, or two pipelines sharing the cache folder (each decoding half of the chunks):
+    the same cached bytes, and the two pipelines' batches put side by side are the single one's."""
+    monkeypatch.setattr(input_pipeline, "CHUNK", 4)
+    folder = read_image_folder(str(photos))
+    single = input_pipeline.cache_split(folder, "train", 32, str(tmp_path / "one"), InputShard(1, 0, 4, 4))
+    two = [input_pipeline.cache_split(folder, "train", 32, str(tmp_path / "two"), InputShard(2, p, 2, 4))
+           for p in range(2)]
+    all_indices = np.arange(len(single))
+    for arrays in two:
+        np.testing.assert_array_equal(arrays.gather(all_indices)[0], single.gather(all_indices)[0])
+        np.testing.assert_array_equal(arrays.labels, folder.labels("train"))
+
+    def batches(arrays, shard):
+        return list(input_pipeline.make_train_dataset(arrays, shard, 3, seed=5).as_numpy_iterator())
+
+    whole = batches(single, InputShard(1, 0, 4, 4))
+    halves = [batches(arrays, InputShard(2, p, 2, 4)) for p, arrays in enumerate(two)]
+    for step, (images, labels) in enumerate(whole):
+        np.testing.assert_array_equal(images, np.concatenate([halves[0][step][0], halves[1][step][0]]))
+        np.testing.assert_array_equal(labels, np.concatenate([halves[0][step][1], halves[1][step][1]]))
+
+
+def test_an_unreadable_photo_is_named(photos, tmp_path):
+    root = write_image_folder(tmp_path / "data", per_class=(3, 1))
+    bad = root / "train" / "banana" / "banana-001.jpg"
+    bad.write_bytes(b"not a photo")
+    folder = read_image_folder(str(root))
+    with pytest.raises(DataError, match=f"{bad} cannot be decoded as an image"):
+        input_pipeline.cache_split(folder, "train", 32, str(tmp_path / "cache"), InputShard(1, 0, 2, 2))
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("empty", "class 'banana' in {root}/train holds no .jpg, .jpeg or .png file"),
+    ("no-val", "class 'cherry' is in {root}/train but not in {root}/val"),
+    ("val-only", "class 'durian' is in {root}/val but not in {root}/train"),
+])
+def test_a_class_mistake_is_one_line_naming_the_class(tmp_path, damage, needle):
+    root = write_image_folder(tmp_path / "data", per_class=(2, 1))
+    if damage == "empty":
+        for path in (root / "train" / "banana").iterdir():
+            path.unlink()
+    elif damage == "no-val":
+        for path in (root / "val" / "cherry").iterdir():
+            path.unlink()
+        (root / "val" / "cherry").rmdir()
+    else:
+        (root / "val" / "durian").mkdir()
+        write_photo(root / "val" / "durian" / "d.png", 0, np.random.default_rng(0), (32, 32))
+    process = run_python(TRAIN, "--data-format", "image-folder", "--data-dir", str(root), "--weights", "none",
+                         "--image-size", "32", "--max-steps", "1", "--results-dir", str(tmp_path / "out"),
+                         timeout=300)
+    assert_one_line_error(process, tmp_path / "out", needle.format(root=root))
+
+
+def test_trains_on_an_image_folder_with_its_own_classes(photos, tmp_path):
+    out = tmp_path / "out"
+    process = run_python(TRAIN, "--data-format", "image-folder", "--data-dir", str(photos), "--weights", "none",
+                         "--image-size", "32", "--batch-size", "4", "--max-steps", "2",
+                         "--cache-dir", str(tmp_path / "cache"), "--results-dir", str(out), timeout=600)
+    assert_ok(process)
+    results = read_results(out)
+    assert results["classes"] == sorted(CLASSES) and results["data"] == "image-folder"
+    assert (out / "export" / "labels.txt").read_text().splitlines() == sorted(CLASSES)  # the export's too
+    assert "ERROR" not in process.stdout + process.stderr
