@@ -8,10 +8,13 @@ the same tree):
 Prepared data (written by prepare_data.py, read by data.py):
     OUT/SPLIT/images/CITY/CITY_SEQ_FRAME.png       the original RGB PNG, byte for byte
     OUT/SPLIT/categories/CITY/CITY_SEQ_FRAME.png   uint8 category ids 0..7
-    OUT/SPLIT.json      index: image size, the sorted example ids and the byte sizes of each
-                        example's two files; written last, so it exists only for a complete split
+    OUT/SPLIT.json      index: image size, class names and colours, the sorted example ids and the
+                        byte sizes of each example's two files; written last, so it exists only for
+                        a complete split
 
-An example id is "CITY/CITY_SEQ_FRAME", e.g. "aachen/aachen_000000_000019".
+An example id is "CITY/CITY_SEQ_FRAME", e.g. "aachen/aachen_000000_000019". With --format pairs
+(pairs.py) it is the image's path relative to its split folder without the suffix, the image is
+re-encoded as an RGB PNG unless it already is one, and the category map holds the user's class ids.
 """
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 
 Trains a UNet on the Cityscapes `train` split prepared by `prepare_data.py` (label ids mapped to the
 8 official categories: void, flat, construction, object, nature, sky, human, vehicle), evaluates mean
-IoU on `val`, and can write colour PNGs of its predictions. The same script runs under every launcher:
+IoU on `val`, and can write colour PNGs of its predictions. Data prepared with `prepare_data.py
+--format pairs` (your own images, masks and classes file) trains with its own classes instead: their
+count and colours come from the prepared index. The same script runs under every launcher:
 
     python recipes/cityscapes-unet/train.py --data-dir data/cityscapes
     python recipes/cityscapes-unet/train.py --launcher mirrored --data-dir data/cityscapes   # all local GPUs

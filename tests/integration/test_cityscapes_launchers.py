@@ -1,5 +1,5 @@
 """cityscapes-unet end to end under each launcher, as a user runs it: fixture zips -> prepare_data.py
--> invoke run, then a run stopped and resumed. In one process (--benchmark, --profile, predictions):
+-> invoke run, then a run stopped and resumed; the export of the two-process runs is checked too. In one process (--benchmark, --profile, predictions):
 tests/recipes/cityscapes/test_train.py."""
 import pytest
 
@@ -31,6 +31,13 @@ def test_trains_under_every_launcher_and_resumes_exactly(prepared, tmp_path, lau
     val = results["final_metrics"]["val"]
     assert val["examples"] == 4 and 0.0 <= val["mean_iou"] <= 1.0
     assert len(val["iou_per_category"]) == 8
+    if replicas > 1 and launcher != "mirrored":  # an export written by a job of two processes serves the model
+        from export_checks import check_export
+        from helpers import recipe_module
+        labels = recipe_module("cityscapes-unet", "labels")
+        check_export(tmp_path / "whole", tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, True),
+                     size=(64, 128), channels=3, to_model=lambda images: images.astype("float32") / 255.0,
+                     classes=list(labels.CATEGORY_NAMES))
 
     assert_ok(invoke_run(prepared, tmp_path / "parts", launcher, "--max-steps", "4"))
     resumed = invoke_run(prepared, tmp_path / "parts", launcher, "--max-steps", "10", "--resume")

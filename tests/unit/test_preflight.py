@@ -1,6 +1,6 @@
 """The pure parts of the preflight check (common/preflight.py), the commands it is started with
 (`invoke preflight`, `invoke sbatch --preflight`, `invoke k8s --preflight`) and the task's --dry and
-errors. The real runs are in tests/integration/test_preflight.py."""
+errors. The real runs are in tests/integration/test_preflight_runs.py."""
 import json
 import os
 import shlex
