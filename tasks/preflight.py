@@ -16,7 +16,7 @@ from invoke import Exit, task
 
 from common import contract
 from tasks import host
-from tasks.run import prepare_job
+from tasks.run import LAUNCH_HELP, prepare_job
 
 # After --deadline, the processes have ended themselves; a launcher that still runs is stopped.
 STOP_GRACE = 30
@@ -86,23 +86,14 @@ def verdict(results_dir: str, code: int, launcher: str) -> tuple[int, str]:
     positional=["recipe"],
     auto_shortflags=False,
     help={
+        **LAUNCH_HELP,
         "recipe": "recipe whose image and launch settings to check (its train.py is not run)",
-        "gpus": "GPUs to use; 0 runs on the CPU",
-        "cpu-replicas": "with --gpus 0: replicas on the CPU (processes or logical devices)",
-        "launcher": "single | mirrored | multiworker | horovod (default: single for 1 replica, else mirrored)",
-        "runtime": "local | docker | apptainer | auto (docker when an engine answers, else local)",
-        "horovod-runner": "horovodrun | mpirun: what starts the Horovod processes",
-        "base": "image variant to run: ngc | cpu (default: cpu with --gpus 0, else ngc)",
-        "image": "run this image instead of tf-recipes/RECIPE:BASE",
         "results-dir": "where preflight.json goes (default: results/RECIPE/TIME-preflight-LAUNCHER)",
         "hosts": "several nodes without a scheduler, as for invoke run",
-        "node-index": "with --hosts and multiworker: this node's position in --hosts",
-        "port-base": "with --hosts and multiworker: first worker port, the same on every node",
         "deadline": "seconds for the whole check; ranks that never arrived or froze are named after it",
         "sizes": "all-reduce message sizes for the bandwidth table (default 4K,64K,1M,16M)",
         "repeats": "timed all-reduces per size",
         "allow-socket": "do not fail a multi-node GPU job whose NCCL falls back to sockets",
-        "dry": "print the commands and environment, run nothing",
     },
 )
 def preflight(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",

@@ -117,25 +117,31 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
     return Job(argv, env, results_dir, launcher, runtime)
 
 
+# The flags `invoke run` shares with `invoke preflight` (which takes the same launch settings).
+LAUNCH_HELP = {
+    "gpus": "GPUs to use; 0 runs on the CPU",
+    "cpu-replicas": "with --gpus 0: replicas on the CPU (processes or logical devices)",
+    "launcher": "single | mirrored | multiworker | horovod (default: single for 1 replica, else mirrored)",
+    "runtime": "local | docker | apptainer | auto (docker when an engine answers, else local)",
+    "horovod-runner": "horovodrun | mpirun: what starts the Horovod processes",
+    "base": "image variant to run: ngc | cpu (default: cpu with --gpus 0, else ngc)",
+    "image": "run this image instead of tf-recipes/RECIPE:BASE",
+    "hosts": "several nodes without a scheduler: comma-separated hosts (multiworker: run on each with --node-index; horovod: run on the first)",
+    "node-index": "with --hosts and multiworker: this node's position in --hosts",
+    "port-base": "with --hosts and multiworker: first worker port, the same on every node",
+    "dry": "print the commands and environment, run nothing",
+}
+
+
 @task(
     positional=["recipe"],
     auto_shortflags=False,
     help={
+        **LAUNCH_HELP,
         "recipe": "recipe folder name under recipes/",
-        "gpus": "GPUs to use; 0 runs on the CPU",
-        "cpu-replicas": "with --gpus 0: replicas on the CPU (processes or logical devices)",
-        "launcher": "single | mirrored | multiworker | horovod (default: single for 1 replica, else mirrored)",
-        "runtime": "local | docker | apptainer | auto (docker when an engine answers, else local)",
-        "horovod-runner": "horovodrun | mpirun: what starts the Horovod processes",
-        "base": "image variant to run: ngc | cpu (default: cpu with --gpus 0, else ngc)",
-        "image": "run this image instead of tf-recipes/RECIPE:BASE",
         "data-dir": "dataset folder on this machine (mounted read-only at /data in containers)",
         "results-dir": "where results.json and checkpoints go (default: results/RECIPE/TIME-LAUNCHER)",
-        "hosts": "several nodes without a scheduler: comma-separated hosts (multiworker: run on each with --node-index; horovod: run on the first)",
-        "node-index": "with --hosts and multiworker: this node's position in --hosts",
-        "port-base": "with --hosts and multiworker: first worker port, the same on every node",
         "nsys": "profile every training process with Nsight Systems (NGC image or a host with nsys)",
-        "dry": "print the commands and environment, run nothing",
     },
 )
 def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",
