@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Set up this checkout for training and testing: a virtual environment in .venv with TensorFlow
-# 2.17.1, Keras >= 3.8, TFDS, invoke and pytest, and (with --horovod) Horovod 0.28.1 built from
-# source with Gloo against that TensorFlow.
+# Set up this checkout for training and testing: a virtual environment (.venv) with one of the two
+# stacks in stacks/, tf-recipes and its test tools, and (with --horovod) Horovod 0.28.1 built from
+# source with Gloo against that stack's TensorFlow.
 #
-#   bash ci/setup.sh             # training on one process, mirrored and multiworker
-#   bash ci/setup.sh --horovod   # also the horovod launcher (needs cmake and g++; ~3 min the first time)
-#   bash ci/setup.sh --print-compiler   # which C/C++ compilers Horovod would be built with; nothing else
+#   bash ci/setup.sh                      # the stack this Python can install: ngc-25.02 where it can
+#                                         # (TF 2.17.1, Python 3.9-3.12), else current (Python 3.13)
+#   bash ci/setup.sh --stack current      # the newest TensorFlow (no horovod launcher)
+#   bash ci/setup.sh --stack current --venv .venv-current   # a second stack beside .venv
+#   bash ci/setup.sh --horovod            # also the horovod launcher (ngc-25.02 only; needs cmake and
+#                                         # g++; ~3 min the first time)
+#   bash ci/setup.sh --print-stack        # which stack it would pick; nothing else
+#   bash ci/setup.sh --print-compiler     # which C/C++ compilers Horovod would be built with; nothing else
+#
+# A stack is a pip constraints file, stacks/NAME.txt, whose `# python-min:` and `# python-max:`
+# lines say which interpreters it installs on. The venv records its stack in VENV/tf-recipes-stack,
+# and a venv of the other stack is refused rather than rebuilt.
 #
 # Horovod 0.28.1 is compiled with GCC 12 (CC=gcc-12 CXX=g++-12) wherever gcc-12 and g++-12 are on PATH,
 # else with the default compiler. GCC 12 is Debian 12's, which it is built with here; GitHub's
@@ -17,17 +26,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+STACKS="ngc-25.02 current"  # in order of preference
+stack=auto
+venv=.venv
 with_horovod=0
 print_compiler=0
-for arg in "$@"; do
-    case "$arg" in
+print_stack=0
+while [ $# -gt 0 ]; do
+    case "$1" in
         --horovod) with_horovod=1 ;;
         --print-compiler) print_compiler=1 ;;
-        *) echo "ci/setup.sh: unknown option $arg (known: --horovod, --print-compiler)" >&2; exit 2 ;;
+        --print-stack) print_stack=1 ;;
+        --stack|--venv)
+            [ $# -ge 2 ] || { echo "ci/setup.sh: $1 needs a value" >&2; exit 2; }
+            if [ "$1" = --stack ]; then stack=$2; else venv=$2; fi
+            shift ;;
+        --stack=*) stack=${1#--stack=} ;;
+        --venv=*) venv=${1#--venv=} ;;
+        *) echo "ci/setup.sh: unknown option $1 (known: --stack NAME, --venv DIR, --horovod, --print-stack, --print-compiler)" >&2
+           exit 2 ;;
     esac
+    shift
 done
 
 log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf 'ci/setup.sh: error: %s\n' "$*" >&2; exit 2; }
 
 # "CC CXX" for Horovod's build: gcc-12 g++-12 when both are on PATH, else nothing (the default).
 horovod_compilers() {
@@ -42,21 +65,69 @@ if [ "$print_compiler" = 1 ]; then
     exit 0
 fi
 
-if [ ! -x .venv/bin/python ]; then
-    log "creating .venv with $(python3 --version)"
-    python3 -m venv .venv
+# stack_python NAME KEY: the `# KEY: X.Y` line of stacks/NAME.txt.
+stack_python() { sed -n "s/^# $2: *\([0-9.]*\) *$/\1/p" "stacks/$1.txt"; }
+
+# python_fits NAME: this python3 is within the stack's python-min and python-max.
+python_fits() {
+    python3 - "$(stack_python "$1" python-min)" "$(stack_python "$1" python-max)" <<'PY'
+import sys
+low, high = (tuple(int(p) for p in v.split(".")) for v in sys.argv[1:3])
+sys.exit(0 if low <= sys.version_info[:2] <= high else 1)
+PY
+}
+
+command -v python3 >/dev/null 2>&1 || die "no python3 on PATH; install Python 3.10 to 3.13 (apt-get install python3 python3-venv)"
+python_version=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+ranges=""
+for name in $STACKS; do ranges="$ranges${ranges:+, }$name Python $(stack_python "$name" python-min)-$(stack_python "$name" python-max)"; done
+if [ "$stack" = auto ]; then
+    stack=""
+    for name in $STACKS; do
+        if python_fits "$name"; then stack=$name; break; fi
+    done
+    [ -n "$stack" ] || die "no stack installs on Python $python_version ($ranges); install one of those Pythons"
+    why="the first of ($STACKS) that Python $python_version installs"
+else
+    [ -f "stacks/$stack.txt" ] && [[ " $STACKS " == *" $stack "* ]] \
+        || die "unknown stack '$stack'; choose one of: ${STACKS// /, }"
+    python_fits "$stack" || die "stack $stack needs Python $(stack_python "$stack" python-min) to $(stack_python "$stack" python-max), and python3 is $python_version ($ranges)"
+    why="asked for with --stack"
 fi
-log "installing tf-recipes and its dependencies into .venv"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+if [ "$print_stack" = 1 ]; then
+    echo "$stack"
+    exit 0
+fi
+tensorflow=$(sed -n 's/^tensorflow==//p' "stacks/$stack.txt")
+log "stack $stack (TensorFlow $tensorflow; $why) in $venv"
+if [ "$with_horovod" = 1 ] && ! grep -q '^horovod==' "stacks/$stack.txt"; then
+    die "--horovod: Horovod 0.28.1 does not build against TensorFlow $tensorflow, so stack $stack has no horovod launcher; use --stack ngc-25.02 (Python 3.9-3.12)"
+fi
+
+marker="$venv/tf-recipes-stack"
+if [ -f "$marker" ] && [ "$(cat "$marker")" != "$stack" ]; then
+    die "$venv holds stack $(cat "$marker"), not $stack; give another folder with --venv DIR, or remove $venv yourself"
+fi
+if [ ! -x "$venv/bin/python" ]; then
+    if [ -e "$venv" ] && [ -n "$(ls -A "$venv" 2>/dev/null)" ]; then
+        die "$venv exists and is not a virtual environment; give another folder with --venv DIR"
+    fi
+    python3 -c 'import ensurepip' 2>/dev/null || die "Python $python_version has no venv module with pip; install python3-venv (apt-get install python3-venv)"
+    log "creating $venv with Python $python_version"
+    python3 -m venv "$venv"
+fi
+echo "$stack" > "$marker"
+log "installing tf-recipes and its dependencies into $venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "stacks/$stack.txt" -e ".[dev]"
 
 if [ "$with_horovod" = 1 ]; then
-    if .venv/bin/python -c "import horovod.tensorflow" 2>/dev/null; then
-        log "horovod already installed: $(.venv/bin/python -c 'import horovod; print(horovod.__version__)')"
+    if "$venv/bin/python" -c "import horovod.tensorflow" 2>/dev/null; then
+        log "horovod already installed: $("$venv/bin/python" -c 'import horovod; print(horovod.__version__)')"
     else
         for tool in cmake g++; do
             command -v "$tool" >/dev/null || { log "ERROR: building Horovod needs $tool (apt-get install $tool)"; exit 1; }
         done
-        log "building horovod 0.28.1 against TensorFlow $(.venv/bin/python -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null) with Gloo"
+        log "building horovod 0.28.1 against TensorFlow $tensorflow with Gloo"
         read -r cc cxx <<<"$(horovod_compilers)" || true
         if [ -n "${cc:-}" ]; then
             export CC="$cc" CXX="$cxx"
@@ -67,8 +138,9 @@ if [ "$with_horovod" = 1 ]; then
         # --no-build-isolation: Horovod must compile against the TensorFlow installed here.
         HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
         HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-            .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation "horovod==0.28.1"
+            "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
+                -c "stacks/$stack.txt" "horovod==0.28.1"
     fi
-    .venv/bin/horovodrun --check-build
+    "$venv/bin/horovodrun" --check-build
 fi
-log "ready: .venv/bin/invoke --list"
+log "ready: $venv/bin/invoke --list"

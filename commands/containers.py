@@ -235,8 +235,9 @@ def build_apptainer_build_command(sif: str, image: str, apptainer: str = "apptai
     return [apptainer, "build", sif, source]
 
 
-def render_apptainer_definition(base_image: str, recipe: str) -> str:
-    """An Apptainer definition that does what `recipes/<recipe>/Dockerfile` does, from `base_image`.
+def render_apptainer_definition(base_image: str, recipe: str, stack: str = "ngc-25.02") -> str:
+    """An Apptainer definition that does what `recipes/<recipe>/Dockerfile` does, from `base_image`,
+    with the pins of `stack` (stacks/STACK.txt, the stack of `base_image`).
 
     Build it from the repository root (the %files paths are relative to it):
         apptainer build RECIPE.sif RECIPE.def
@@ -247,6 +248,8 @@ def render_apptainer_definition(base_image: str, recipe: str) -> str:
     _require_value("recipe", recipe)
     if "/" in recipe or recipe.startswith("."):
         raise ValueError(f"recipe {recipe!r} must be a folder name under recipes/, like 'mnist-cnn'")
+    if not stack or "/" in stack or stack.startswith(".") or any(c.isspace() for c in stack):
+        raise ValueError(f"stack {stack!r} must be the name of a file in stacks/, like 'ngc-25.02'")
     base = base_image.removeprefix("docker://")
     code = CONTAINER_WORKDIR
     return f"""\
@@ -257,17 +260,21 @@ From: {base}
     org.opencontainers.image.title tf-recipes/{recipe}
     org.opencontainers.image.base.name {base}
     org.tf-recipes.recipe {recipe}
+    org.tf-recipes.stack {stack}
 
 %files
     common {code}/common
     recipes/{recipe} {code}/recipes/{recipe}
+    stacks/{stack}.txt {code}/stacks/{stack}.txt
 
 %post
     set -e
     if [ -f /mnt/ca-certificates.crt ]; then export PIP_CERT=/mnt/ca-certificates.crt; fi
-    # Keep the installed TensorFlow's own pins (protobuf, numpy) while adding the recipe's needs.
+    # The stack's pins but TensorFlow's: the base image's TensorFlow stays, and keeps its own pins
+    # (protobuf, numpy) while the recipe's needs are added.
+    grep -v '^tensorflow==' {code}/stacks/{stack}.txt > /tmp/stack-constraints.txt
     tensorflow="$(python3 -c 'import importlib.metadata as m; d = m.packages_distributions()["tensorflow"][0]; print(f"{{d}}=={{m.version(d)}}")')"
-    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir -c /tmp/stack-constraints.txt \\
         -r {code}/recipes/{recipe}/requirements.txt "$tensorflow"
 
 %environment

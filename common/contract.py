@@ -13,7 +13,34 @@ LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
 COLLECTIVES = ("auto", "ring", "nccl")  # multiworker all-reduce implementations
 HOROVOD_RUNNERS = ("horovodrun", "mpirun")  # what starts the Horovod processes
 RUNTIMES = ("local", "docker", "apptainer")  # where the processes run
-BASES = ("ngc", "cpu")  # image variants: NVIDIA's TensorFlow image, or images/cpu
+BASES = ("ngc", "gpu", "cpu")  # image variants: NVIDIA's TensorFlow image, TensorFlow's GPU image, a CPU image
+
+# -- the software stacks (each pinned by its pip constraints file, stacks/NAME.txt) --------------------
+# ngc-25.02: the TensorFlow of NVIDIA's last NGC TensorFlow image (TF 2.17), the only one Horovod
+# 0.28.1 builds against. current: the newest TensorFlow release, for today's Pythons.
+STACKS = ("ngc-25.02", "current")
+DEFAULT_STACK = "ngc-25.02"
+STACK_LAUNCHERS = {
+    "ngc-25.02": LAUNCHERS,
+    "current": ("single", "mirrored", "multiworker"),
+}
+# The image bases of each stack, the GPU one first: ngc is nvcr.io/nvidia/tensorflow:25.02-tf2-py3,
+# gpu the official tensorflow/tensorflow:X-gpu image, cpu images/cpu or images/cpu-current.
+STACK_BASES = {"ngc-25.02": ("ngc", "cpu"), "current": ("gpu", "cpu")}
+# The oldest TensorFlow of each stack (stacks/NAME.txt pins the exact release); the stack of a
+# Python environment is the newest stack whose first TensorFlow it has.
+STACK_FIRST_TENSORFLOW = {"ngc-25.02": (2, 17), "current": (2, 20)}
+STACK_FILE = "stacks/{stack}.txt"
+
+
+def stack_of_tensorflow(version: str) -> str:
+    """The stack a TensorFlow version ("2.21.0", "2.17.0+nv25.2") belongs to."""
+    major_minor = tuple(int(part) for part in version.split(".")[:2])
+    newest = DEFAULT_STACK
+    for stack in STACKS:
+        if major_minor >= STACK_FIRST_TENSORFLOW[stack] >= STACK_FIRST_TENSORFLOW[newest]:
+            newest = stack
+    return newest
 
 # -- exit statuses of every train.py ----------------------------------------------------------------
 EXIT_DONE = 0  # finished; results.json written

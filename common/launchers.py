@@ -28,6 +28,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from common import contract
 from common.contract import (COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS,
                              ClusterError, GpuMismatchError, UserError)
 from common.data import InputShard, eval_share
@@ -194,8 +195,14 @@ class StrategyLauncher(Launcher):
 
     def barrier(self):
         if self.num_workers > 1:
-            self.strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                 self.strategy.run(lambda: tf.constant(1.0)), axis=None)
+            self._barrier()
+
+    @tf.function
+    def _barrier(self):
+        # Strategy: one all-reduce of a constant that every replica must join. Traced once, inside a
+        # tf.function: the strategy run eagerly adds overhead at every call (and says so in TF 2.21).
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, self.strategy.run(lambda: tf.constant(1.0)),
+                                    axis=None)
 
 
 class SingleLauncher(StrategyLauncher):
@@ -367,6 +374,13 @@ class HorovodLauncher(Launcher):
         try:
             import horovod.tensorflow as hvd
         except ImportError as error:
+            stack = contract.stack_of_tensorflow(tf.__version__)
+            if "horovod" not in contract.STACK_LAUNCHERS[stack]:
+                raise LauncherError(
+                    f"--launcher horovod needs Horovod, which builds only on the {contract.DEFAULT_STACK} stack "
+                    f"(TensorFlow 2.17); this Python has TensorFlow {tf.__version__}, the {stack} stack: use "
+                    f"--launcher multiworker, or `bash ci/setup.sh --stack {contract.DEFAULT_STACK} --horovod`, "
+                    f"or its image (invoke run --stack {contract.DEFAULT_STACK})") from None
             raise LauncherError(
                 f"--launcher horovod needs Horovod ({error}); build it with "
                 "`bash ci/setup.sh --horovod` or use the container image") from None

@@ -13,15 +13,20 @@ import sys
 from invoke import Exit
 
 from commands import launch
-from common import stopping
+from common import contract, stopping
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Defaults of the `tf_recipes` configuration; invoke.yaml or INVOKE_TF_RECIPES_* override them, for
 # `invoke run` and `invoke nightly` alike.
 DEFAULTS = {
     "image_prefix": "tf-recipes",
+    # The bases of the ngc-25.02 stack: NVIDIA's image, and images/cpu built locally.
     "ngc_base": "nvcr.io/nvidia/tensorflow:25.02-tf2-py3",
     "cpu_base": "tf-recipes/cpu-base:latest",
+    # The bases of the current stack: TensorFlow's GPU image of the release stacks/current.txt pins
+    # ("auto": tensorflow/tensorflow:VERSION-gpu), and images/cpu-current built locally.
+    "current_gpu_base": "auto",
+    "current_cpu_base": "tf-recipes/cpu-base:current",
     "debian_base": "tf-recipes/debian:bookworm",
     "docker": "auto",  # a docker client path, or auto: the first that can build with BuildKit
     # `docker run --ulimit memlock=-1` as NVIDIA recommends; "" leaves the limit alone (for hosts
@@ -83,12 +88,55 @@ def git_revision() -> str:
         return "unknown"
 
 
-def image_tag(c, recipe: str, base: str) -> str:
-    return f"{settings(c)['image_prefix']}/{recipe}:{base}"
+def stack_pins(stack: str) -> dict[str, str]:
+    """The exact pins (`name==version`) of stacks/STACK.txt, by package name."""
+    with open(os.path.join(ROOT, contract.STACK_FILE.format(stack=stack)), encoding="utf-8") as handle:
+        lines = (line.split("#")[0].strip() for line in handle)
+        return dict(line.split("==", 1) for line in lines if "==" in line)
 
 
-def sif_path(c, recipe: str, base: str) -> str:
-    return os.path.join(settings(c)["sif_dir"], f"{recipe}_{base}.sif")
+def check_stack(stack: str, base: str | None = None) -> None:
+    """A LaunchError for an unknown stack, or a base the stack has no image on."""
+    launch.check_choice("stack", stack, contract.STACKS)
+    if base is not None and base not in contract.STACK_BASES[stack]:
+        raise launch.LaunchError(f"the {stack} stack has no {base!r} base; choose one of: "
+                                 f"{', '.join(contract.STACK_BASES[stack])}")
+
+
+def base_image(c, stack: str, base: str) -> str:
+    """The image a recipe image of `stack` builds FROM for `base` (the settings above)."""
+    cfg = settings(c)
+    if stack == contract.DEFAULT_STACK:
+        return cfg["ngc_base"] if base == "ngc" else cfg["cpu_base"]
+    if base == "cpu":
+        return cfg["current_cpu_base"]
+    if cfg["current_gpu_base"] == "auto":
+        return f"tensorflow/tensorflow:{stack_pins(stack)['tensorflow']}-gpu"
+    return cfg["current_gpu_base"]
+
+
+def _image_name(stack: str, base: str) -> str:
+    """`ngc`, `cpu` on the default stack; `current-gpu`, `current-cpu` on the other."""
+    return base if stack == contract.DEFAULT_STACK else f"{stack}-{base}"
+
+
+def image_tag(c, recipe: str, base: str, stack: str = contract.DEFAULT_STACK) -> str:
+    return f"{settings(c)['image_prefix']}/{recipe}:{_image_name(stack, base)}"
+
+
+def sif_path(c, recipe: str, base: str, stack: str = contract.DEFAULT_STACK) -> str:
+    return os.path.join(settings(c)["sif_dir"], f"{recipe}_{_image_name(stack, base)}.sif")
+
+
+def installed_stack() -> str:
+    """The stack of the TensorFlow installed beside this Python (what --runtime local runs)."""
+    from importlib import metadata
+    for name in ("tensorflow", "tensorflow-cpu"):
+        try:
+            return contract.stack_of_tensorflow(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            continue
+    fail("no TensorFlow is installed beside this Python; run `bash ci/setup.sh` (or give --runtime docker)")
 
 
 def docker_client(c) -> str:

@@ -17,7 +17,9 @@ from tasks import host
     auto_shortflags=False,
     help={
         "recipe": "recipe folder name under recipes/",
-        "base": "ngc (NVIDIA's TensorFlow 25.02 image) | cpu (images/cpu, built locally)",
+        "stack": "ngc-25.02 (TF 2.17, every launcher) | current (the newest TF; no horovod): stacks/NAME.txt",
+        "base": "ngc-25.02: ngc (NVIDIA's TensorFlow 25.02 image) | cpu (images/cpu); current: gpu "
+                "(tensorflow/tensorflow:X-gpu) | cpu (images/cpu-current). Default: the stack's GPU base",
         "runtime": "docker | apptainer (a .sif from the Docker image)",
         "definition": "with --runtime apptainer: build the .sif from a definition file rendered from the recipe "
                       "(BUILD/RECIPE_BASE.def), with no Docker engine, as on an HPC login node",
@@ -25,25 +27,28 @@ from tasks import host
         "dry": "print the commands, run nothing",
     },
 )
-def build(c, recipe, base="ngc", runtime="docker", definition=False, ca_bundle=None, dry=False):
-    """Build the image of RECIPE on the NGC or the CPU base image."""
+def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", definition=False, ca_bundle=None,
+          dry=False):
+    """Build the image of RECIPE for a stack, on its GPU or its CPU base image."""
     try:
         host.check_recipe(recipe, "build")
+        base = base or contract.STACK_BASES.get(stack, ("ngc",))[0]
         launch.check_choice("base", base, contract.BASES)
+        host.check_stack(stack, base)
         launch.check_choice("runtime", runtime, ("docker", "apptainer"))
     except launch.LaunchError as error:
         host.fail(str(error))
     if definition and runtime != "apptainer":
         host.fail("--definition builds an Apptainer image; add --runtime apptainer")
     cfg = host.settings(c)
-    tag = host.image_tag(c, recipe, base)
-    base_image = cfg["ngc_base"] if base == "ngc" else cfg["cpu_base"]
+    tag = host.image_tag(c, recipe, base, stack)
+    base_image = host.base_image(c, stack, base)
     if runtime == "apptainer":
-        sif = host.sif_path(c, recipe, base)
+        sif = host.sif_path(c, recipe, base, stack)
         source = tag
         if definition:
             source = sif.removesuffix(".sif") + ".def"
-            host.write_or_print(containers.render_apptainer_definition(base_image, recipe), source, dry,
+            host.write_or_print(containers.render_apptainer_definition(base_image, recipe, stack), source, dry,
                                 "building the image from it")
         if not dry:
             os.makedirs(cfg["sif_dir"], exist_ok=True)
@@ -51,7 +56,7 @@ def build(c, recipe, base="ngc", runtime="docker", definition=False, ca_bundle=N
     else:
         argv, env = containers.build_docker_build_command(
             f"recipes/{recipe}/Dockerfile", ".", tag,
-            build_args={"BASE_IMAGE": base_image, "GIT_REVISION": host.git_revision()},
+            build_args={"BASE_IMAGE": base_image, "STACK": stack, "GIT_REVISION": host.git_revision()},
             labels={}, ca_bundle=host.ca_bundle_from(ca_bundle), docker=host.docker_client(c))
         code = host.execute(argv, env, dry)
     if code:
@@ -75,19 +80,27 @@ def bootstrap(c, rootfs="build/debian-rootfs", dry=False):
         os.remove(tarball)
 
 
-@task(help={"base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",
+# The CPU base image of each stack: its Dockerfile (built from the repository root, for stacks/).
+CPU_DOCKERFILES = {"ngc-25.02": "images/cpu/Dockerfile", "current": "images/cpu-current/Dockerfile"}
+
+
+@task(help={"stack": "ngc-25.02 (images/cpu: TF 2.17.1, Horovod with Gloo and MPI) | current (images/cpu-current: "
+                     "the newest TF, no Horovod)",
+            "base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",
             "ca-bundle": "CA bundle for pip behind a TLS proxy", "dry": "print the command, run nothing"})
-def cpu(c, base="debian", ca_bundle=None, dry=False):
-    """Build the CPU base image (TF 2.17.1, Keras >= 3.8, Horovod with Gloo and MPI)."""
-    cfg = host.settings(c)
+def cpu(c, stack=contract.DEFAULT_STACK, base="debian", ca_bundle=None, dry=False):
+    """Build a stack's CPU base image (ngc-25.02: TF 2.17.1, Keras >= 3.8, Horovod with Gloo and MPI)."""
     try:
+        host.check_stack(stack)
         launch.check_choice("base", base, ("debian", "slim"))
     except launch.LaunchError as error:
         host.fail(str(error))
+    cfg = host.settings(c)
+    tag = host.base_image(c, stack, "cpu")
     argv, env = containers.build_docker_build_command(
-        "images/cpu/Dockerfile", "images/cpu", cfg["cpu_base"],
+        CPU_DOCKERFILES[stack], ".", tag,
         build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None},
-        labels={"org.opencontainers.image.revision": host.git_revision()},
+        labels={"org.opencontainers.image.revision": host.git_revision(), "org.tf-recipes.stack": stack},
         ca_bundle=host.ca_bundle_from(ca_bundle), docker=host.docker_client(c))
     if host.execute(argv, env, dry):
-        raise Exit(f"building {cfg['cpu_base']} failed", code=1)
+        raise Exit(f"building {tag} failed", code=1)

@@ -97,7 +97,7 @@ def verdict(results_dir: str, code: int, launcher: str) -> tuple[int, str]:
     },
 )
 def preflight(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",
-              base=None, image=None, results_dir=None, hosts=None, node_index="0", port_base="23456",
+              stack="auto", base=None, image=None, results_dir=None, hosts=None, node_index="0", port_base="23456",
               deadline=str(contract.PREFLIGHT_DEFAULT_DEADLINE), sizes=None, repeats="3", allow_socket=False,
               dry=False):
     """Check the cluster RECIPE would run on: hosts, devices, versions, one exact all-reduce, bandwidth."""
@@ -110,8 +110,8 @@ def preflight(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="aut
     args += ["--allow-socket"] if allow_socket else []
     job = prepare_job(c, recipe, "preflight", args, gpus=gpus, cpu_replicas=cpu_replicas, launcher=launcher,
                       runtime=runtime, horovod_runner=horovod_runner, base=base, image=image, data_dir=None,
-                      results_dir=results_dir, hosts=hosts, node_index=node_index, port_base=port_base, dry=dry,
-                      module=contract.PREFLIGHT_MODULE)
+                      results_dir=results_dir, hosts=hosts, node_index=node_index, port_base=port_base,
+                      stack=stack, dry=dry, module=contract.PREFLIGHT_MODULE)
     if dry:
         host.show(job.argv, job.env)
         return

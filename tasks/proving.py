@@ -93,7 +93,9 @@ def nightly(c, tier="smoke", only=None, history=None, out=None, matrix="ci/night
             return
         out = os.path.abspath(out or os.path.join(host.ROOT, "results", "nightly", tier))
         docker = host.docker_client(c)
-        images = {**{key: host.settings(c)[key] for key in ("ngc_base", "cpu_base", "debian_base")}, "docker": docker}
+        images = {**{key: host.settings(c)[key] for key in ("ngc_base", "cpu_base", "debian_base")},
+                  "current_gpu_base": host.base_image(c, "current", "gpu"),
+                  "current_cpu_base": host.base_image(c, "current", "cpu"), "docker": docker}
         code = runner.run_night(loaded, tier, only, out, history and os.path.abspath(history), dry,
                                 host.command_line("nightly", f"invoke nightly --tier {tier}"), images,
                                 docker_answers=not dry and host.docker_engine_answers(docker))

@@ -46,16 +46,39 @@ def _check_request(runtime, base, gpus, launcher, host_list, train_args, data_di
                   "Kubernetes (`invoke k8s RECIPE --kind mpijob`, which sets that up) or --runtime local")
 
 
-def _in_runtime(c, plan, *, recipe, runtime, base, image, gpus, data_dir, results_dir, nsys, multi_host, docker, dry):
+def _stack(stack: str, runtime: str, launcher: str) -> str:
+    """The stack the job runs on, checked against the launcher: the installed one with --runtime local."""
+    launch.check_choice("launcher", launcher, contract.LAUNCHERS)
+    if runtime == "local":
+        here = host.installed_stack()
+        if stack not in ("auto", here):
+            host.check_stack(stack)
+            host.fail(f"--stack {stack}: this Python's TensorFlow is the {here} stack; run the invoke of a venv made "
+                      f"with `bash ci/setup.sh --stack {stack} --venv .venv-{stack}`, or a container (--runtime docker)")
+        stack = here
+    elif stack == "auto":
+        stack = contract.DEFAULT_STACK
+    host.check_stack(stack)
+    if launcher not in contract.STACK_LAUNCHERS[stack]:
+        supported = [name for name in contract.STACKS if launcher in contract.STACK_LAUNCHERS[name]]
+        host.fail(f"--launcher {launcher} does not run on the {stack} stack (its launchers: "
+                  f"{', '.join(contract.STACK_LAUNCHERS[stack])}): Horovod 0.28.1 builds only against TensorFlow "
+                  f"2.17; use --stack {supported[0]} (--runtime local: `bash ci/setup.sh --stack {supported[0]} "
+                  "--horovod`), or --launcher multiworker")
+    return stack
+
+
+def _in_runtime(c, plan, *, recipe, runtime, stack, base, image, gpus, data_dir, results_dir, nsys, multi_host,
+                docker, dry):
     """(argv, env) that start the launch plan in its runtime."""
     env = dict(plan.env)
     cfg = host.settings(c)
     if runtime == "local":
         return plan.argv, {**env, "PYTHONPATH": host.ROOT}
     if runtime == "docker":
-        image = image or host.image_tag(c, recipe, base)
+        image = image or host.image_tag(c, recipe, base, stack)
         if not dry and not host.docker_image_exists(docker, image):
-            host.fail(f"image {image} is not built; run `invoke build {recipe} --base {base}` first")
+            host.fail(f"image {image} is not built; run `invoke build {recipe} --stack {stack} --base {base}` first")
         return containers.build_docker_run_command(
             image, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
             user=f"{os.getuid()}:{os.getgid()}", profile=nsys,
@@ -65,7 +88,7 @@ def _in_runtime(c, plan, *, recipe, runtime, base, image, gpus, data_dir, result
     if gpus:
         env.pop("CUDA_VISIBLE_DEVICES")  # apptainer exec sets it from --gpus
     return containers.build_apptainer_exec_command(
-        image or host.sif_path(c, recipe, base), plan.argv, gpus=gpus, env=env, data_dir=data_dir,
+        image or host.sif_path(c, recipe, base, stack), plan.argv, gpus=gpus, env=env, data_dir=data_dir,
         results_dir=results_dir, apptainer=cfg["apptainer"]), {}
 
 
@@ -77,10 +100,12 @@ class Job:
     results_dir: str
     launcher: str
     runtime: str
+    stack: str
 
 
 def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launcher, runtime, horovod_runner, base,
-                image, data_dir, results_dir, hosts, node_index, port_base, nsys=False, dry=False, module=None):
+                image, data_dir, results_dir, hosts, node_index, port_base, stack="auto", nsys=False, dry=False,
+                module=None):
     """The launch plan of `invoke run` in its runtime, checked; `module` (with its `program_args`)
     instead of the recipe's train.py for `invoke preflight`. One line and exit 2 for a bad request."""
     try:
@@ -88,10 +113,13 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
         launch.check_choice("runtime", runtime, RUNTIMES)
         gpus, cpu_replicas = launch.parse_count("--gpus", gpus), launch.parse_count("--cpu-replicas", cpu_replicas)
         launcher = launcher or ("single" if (gpus or cpu_replicas) == 1 else "mirrored")
-        base = base or ("cpu" if gpus == 0 else "ngc")
         train_args = list(program_args)
         docker = host.docker_client(c)
         runtime = _runtime(runtime, docker)
+        stack = _stack(stack, runtime, launcher)
+        base = base or ("cpu" if gpus == 0 else contract.STACK_BASES[stack][0])
+        if runtime != "local":
+            host.check_stack(stack, base)
         results_dir = os.path.abspath(results_dir or os.path.join(host.ROOT, launch.run_dir_name(
             recipe, f"{task_name}-{launcher}" if module else launcher, host.stamp())))
         host_list = [name for name in (hosts or "").split(",") if name]
@@ -111,10 +139,10 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
                                    module=module)
     except launch.LaunchError as error:
         host.fail(str(error))
-    argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, base=base, image=image, gpus=gpus,
+    argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, stack=stack, base=base, image=image, gpus=gpus,
                             data_dir=data_dir, results_dir=results_dir, nsys=nsys, multi_host=len(host_list) > 1,
                             docker=docker, dry=dry)
-    return Job(argv, env, results_dir, launcher, runtime)
+    return Job(argv, env, results_dir, launcher, runtime, stack)
 
 
 # The flags `invoke run` shares with `invoke preflight` (which takes the same launch settings).
@@ -124,7 +152,10 @@ LAUNCH_HELP = {
     "launcher": "single | mirrored | multiworker | horovod (default: single for 1 replica, else mirrored)",
     "runtime": "local | docker | apptainer | auto (docker when an engine answers, else local)",
     "horovod-runner": "horovodrun | mpirun: what starts the Horovod processes",
-    "base": "image variant to run: ngc | cpu (default: cpu with --gpus 0, else ngc)",
+    "stack": "ngc-25.02 (TF 2.17, every launcher) | current (the newest TF; no horovod) | auto (with --runtime "
+             "local the installed one, else ngc-25.02)",
+    "base": "image variant to run: ngc (ngc-25.02) | gpu (current) | cpu (default: cpu with --gpus 0, else the "
+            "stack's GPU base)",
     "image": "run this image instead of tf-recipes/RECIPE:BASE",
     "hosts": "several nodes without a scheduler: comma-separated hosts (multiworker: run on each with --node-index; horovod: run on the first)",
     "node-index": "with --hosts and multiworker: this node's position in --hosts",
@@ -145,13 +176,13 @@ LAUNCH_HELP = {
     },
 )
 def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",
-        base=None, image=None, data_dir=None, results_dir=None, hosts=None, node_index="0", port_base="23456",
-        nsys=False, dry=False):
+        stack="auto", base=None, image=None, data_dir=None, results_dir=None, hosts=None, node_index="0",
+        port_base="23456", nsys=False, dry=False):
     """Train RECIPE under a launcher; arguments after -- go to its train.py (see its --help)."""
     job = prepare_job(c, recipe, "run", shlex.split(c.remainder or ""), gpus=gpus, cpu_replicas=cpu_replicas,
                       launcher=launcher, runtime=runtime, horovod_runner=horovod_runner, base=base, image=image,
                       data_dir=data_dir, results_dir=results_dir, hosts=hosts, node_index=node_index,
-                      port_base=port_base, nsys=nsys, dry=dry)
+                      port_base=port_base, stack=stack, nsys=nsys, dry=dry)
     argv, env, results_dir, launcher, runtime = job.argv, job.env, job.results_dir, job.launcher, job.runtime
     if not dry:
         os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's

@@ -3,8 +3,18 @@ no traceback, and nothing written that a later run could mistake for a result.""
 import os
 import re
 
-# TensorFlow's own C++ log lines (written at import, before any of our code runs) are not ours.
-TF_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |^WARNING: All log messages before absl")
+# TensorFlow's own C++ log lines are not ours. TF 2.17 writes "2026-11-24 10:00:00.123: I file.cc:N] ...";
+# TF 2.21 writes absl's "I0000 00:00:1795556880.213870    7976 port.cc:153] ..." (oneDNN, the CPU
+# instructions, and on a machine without a GPU "failed call to cuInit"), mostly before absl is
+# initialised, where no environment variable silences it (TF_CPP_MIN_LOG_LEVEL=3 included, measured).
+TF_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |^WARNING: All log messages before absl"
+                         r"|^[IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] "
+                         r"|^To enable the following instructions: .*, in other operations, rebuild TensorFlow")
+
+
+def without_tf_log(text: str) -> str:
+    """`text` without TensorFlow's own C++ log lines (TF_LOG_LINE), for checks of what we print."""
+    return "\n".join(line for line in text.splitlines() if not TF_LOG_LINE.match(line))
 
 
 def assert_one_line_error(process, results_dir, *needles, foreign=None):

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from common.contract import BASES, RESULT_FIELDS, RUNTIMES
+from common.contract import (BASES, DEFAULT_STACK, RESULT_FIELDS, RUNTIMES, STACK_BASES, STACK_LAUNCHERS,
+                             STACKS)
 
 TIERS = ("smoke", "cpu", "gpu")
 # Parity tolerances of tests/integration/test_mnist_launchers.py: float32 sums in another order move the last
@@ -56,14 +57,20 @@ class Cell:
     time_limit: float
     reference: str  # the launcher of the recipe's reference cell
     parity: bool = True  # compared with the reference cell (false: the recipe's `no_parity` launchers)
+    stack: str = DEFAULT_STACK  # stacks/STACK.txt: the software the image holds
+
+    @property
+    def image(self) -> str:
+        """The image variant, as in its tag: `cpu`, `ngc` on the default stack; `current-cpu` on another."""
+        return self.base if self.stack == DEFAULT_STACK else f"{self.stack}-{self.base}"
 
     @property
     def id(self) -> str:
-        return f"{self.recipe}/{self.launcher}/{self.runtime}/{self.base}"
+        return f"{self.recipe}/{self.launcher}/{self.runtime}/{self.image}"
 
     @property
     def reference_id(self) -> str:
-        return f"{self.recipe}/{self.reference}/{self.runtime}/{self.base}"
+        return f"{self.recipe}/{self.reference}/{self.runtime}/{self.image}"
 
     @property
     def is_reference(self) -> bool:
@@ -72,7 +79,7 @@ class Cell:
     @property
     def single_id(self) -> str:
         """The recipe's single-device cell: the denominator of the speed ratio."""
-        return f"{self.recipe}/single/{self.runtime}/{self.base}"
+        return f"{self.recipe}/single/{self.runtime}/{self.image}"
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,33 @@ def _need(mapping, key, kind, where):
     if not isinstance(value, kind):
         raise MatrixError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
     return value
+
+
+def _check_tier(path: str, name: str, spec: dict, launchers: dict, recipes: dict) -> None:
+    """A tier's keys name known recipes, launchers, runtimes, bases and stacks, and every recipe's
+    reference launcher runs in it on every stack."""
+    where = f"{path}: tiers.{name}"
+    if name not in TIERS:
+        raise MatrixError(f"{where}: unknown tier; the tiers are {', '.join(TIERS)}")
+    for key, known, choices in (("recipes", recipes, None), ("launchers", launchers, None),
+                                ("runtimes", None, RUNTIMES), ("bases", None, BASES)):
+        for value in _need(spec, key, list, where):
+            if value not in (known if known is not None else choices):
+                raise MatrixError(f"{where}.{key}: unknown {key[:-1]} {value!r}")
+    for stack in spec.setdefault("stacks", [DEFAULT_STACK]):
+        if stack not in STACKS:
+            raise MatrixError(f"{where}.stacks: unknown stack {stack!r}; the stacks are {', '.join(STACKS)}")
+        if not set(spec["bases"]) & set(STACK_BASES[stack]):
+            raise MatrixError(f"{where}: none of its bases is one of the {stack} stack's "
+                              f"({', '.join(STACK_BASES[stack])})")
+    for recipe in spec["recipes"]:
+        if recipes[recipe]["reference"] not in spec["launchers"]:
+            raise MatrixError(f"{where}: {recipe}'s reference launcher {recipes[recipe]['reference']!r} "
+                              "is not among the tier's launchers")
+        for stack in spec["stacks"]:
+            if not runs_on(launchers, recipes[recipe]["reference"], stack):
+                raise MatrixError(f"{where}: {recipe}'s reference launcher {recipes[recipe]['reference']!r} "
+                                  f"does not run on the {stack} stack")
 
 
 def load_matrix(path: str) -> Matrix:
@@ -139,18 +173,7 @@ def load_matrix(path: str) -> Matrix:
             if not isinstance(command, list) or not command:
                 raise MatrixError(f"{where}.data: every step is a command as a list of words")
     for name, spec in tiers.items():
-        where = f"{path}: tiers.{name}"
-        if name not in TIERS:
-            raise MatrixError(f"{where}: unknown tier; the tiers are {', '.join(TIERS)}")
-        for key, known, choices in (("recipes", recipes, None), ("launchers", launchers, None),
-                                    ("runtimes", None, RUNTIMES), ("bases", None, BASES)):
-            for value in _need(spec, key, list, where):
-                if value not in (known if known is not None else choices):
-                    raise MatrixError(f"{where}.{key}: unknown {key[:-1]} {value!r}")
-        for recipe in spec["recipes"]:
-            if recipes[recipe]["reference"] not in spec["launchers"]:
-                raise MatrixError(f"{where}: {recipe}'s reference launcher {recipes[recipe]['reference']!r} "
-                                  "is not among the tier's launchers")
+        _check_tier(path, name, spec, launchers, recipes)
     readme = []
     for index, entry in enumerate(data.get("readme") or []):
         where = f"{path}: readme[{index}]"
@@ -161,29 +184,38 @@ def load_matrix(path: str) -> Matrix:
     return Matrix(path, launchers, recipes, tiers, readme, regression)
 
 
+def runs_on(launchers: dict, launcher: str, stack: str) -> bool:
+    """Whether the matrix's launcher (its `--launcher` flag) is one of the stack's."""
+    flags = [str(flag) for flag in launchers[launcher]["flags"]]
+    name = flags[flags.index("--launcher") + 1] if "--launcher" in flags[:-1] else launcher
+    return name in STACK_LAUNCHERS[stack]
+
+
 def expand(matrix: Matrix, tier: str) -> list[Cell]:
-    """Every cell of a tier, in the file's order: recipe, then runtime, base and launcher."""
+    """Every cell of a tier, in the file's order: recipe, then stack, runtime, base and launcher. A
+    stack gets the tier's bases and launchers that it has (no horovod on the current stack)."""
     if tier not in matrix.tiers:
         raise MatrixError(f"{matrix.path} has no tier {tier!r}; it has {', '.join(matrix.tiers)}")
     spec = matrix.tiers[tier]
     cells = []
-    for recipe in spec["recipes"]:
+    combinations = ((recipe, stack, runtime, base, launcher) for recipe in spec["recipes"]
+                    for stack in spec.get("stacks", [DEFAULT_STACK]) for runtime in spec["runtimes"]
+                    for base in spec["bases"] if base in STACK_BASES[stack]
+                    for launcher in spec["launchers"] if runs_on(matrix.launchers, launcher, stack))
+    for recipe, stack, runtime, base, launcher in combinations:
         recipe_spec = matrix.recipes[recipe]
-        for runtime in spec["runtimes"]:
-            for base in spec["bases"]:
-                for launcher in spec["launchers"]:
-                    replicas = matrix.launchers[launcher]["replicas"]
-                    if recipe_spec["global_batch"] % replicas:
-                        raise MatrixError(f"{matrix.path}: recipes.{recipe}.global_batch "
-                                          f"{recipe_spec['global_batch']} does not split over {replicas} replicas")
-                    cells.append(Cell(
-                        recipe=recipe, launcher=launcher, runtime=runtime, base=base, tier=tier,
-                        replicas=replicas, gpus=replicas if spec.get("gpus") else 0,
-                        launcher_flags=tuple(str(f) for f in matrix.launchers[launcher]["flags"]),
-                        train_args=tuple(str(a) for a in [*recipe_spec["args"], *matrix.launchers[launcher].get("args", [])]),
-                        global_batch=recipe_spec["global_batch"], time_limit=float(recipe_spec["time_limit"]),
-                        reference=recipe_spec["reference"],
-                        parity=launcher not in recipe_spec.get("no_parity", [])))
+        replicas = matrix.launchers[launcher]["replicas"]
+        if recipe_spec["global_batch"] % replicas:
+            raise MatrixError(f"{matrix.path}: recipes.{recipe}.global_batch "
+                              f"{recipe_spec['global_batch']} does not split over {replicas} replicas")
+        cells.append(Cell(
+            recipe=recipe, launcher=launcher, runtime=runtime, base=base, tier=tier,
+            replicas=replicas, gpus=replicas if spec.get("gpus") else 0,
+            launcher_flags=tuple(str(f) for f in matrix.launchers[launcher]["flags"]),
+            train_args=tuple(str(a) for a in [*recipe_spec["args"], *matrix.launchers[launcher].get("args", [])]),
+            global_batch=recipe_spec["global_batch"], time_limit=float(recipe_spec["time_limit"]),
+            reference=recipe_spec["reference"],
+            parity=launcher not in recipe_spec.get("no_parity", []), stack=stack))
     return cells
 
 
@@ -215,13 +247,14 @@ def cell_command(cell: Cell, results_dir: str, data_dir: str | None, invoke: tup
     count = ["--gpus", str(cell.gpus)] if cell.gpus else ["--gpus", "0", "--cpu-replicas", str(cell.replicas)]
     data = ["--data-dir", data_dir] if data_dir else []
     return [*invoke, "run", cell.recipe, *count, *cell.launcher_flags, "--runtime", cell.runtime,
-            "--base", cell.base, *data, "--results-dir", results_dir, "--",
+            "--stack", cell.stack, "--base", cell.base, *data, "--results-dir", results_dir, "--",
             *cell.train_args, "--batch-size", str(cell.global_batch // cell.replicas)]
 
 
 def not_runnable(cell: Cell, facts: dict) -> str | None:
     """Why a cell cannot run on this machine (None: it can). `facts`: docker (an engine answers),
-    apptainer (on PATH), gpus (count), ngc (the NGC base is here or can be pulled)."""
+    apptainer (on PATH), gpus (count), ngc (the NGC base is here or can be pulled), gpu (TensorFlow's
+    GPU image of the current stack is here or can be pulled)."""
     if cell.gpus > facts.get("gpus", 0):
         return f"needs {cell.gpus} GPU(s); this machine has {facts.get('gpus', 0)}"
     if cell.runtime == "docker" and not facts.get("docker"):
@@ -230,6 +263,8 @@ def not_runnable(cell: Cell, facts: dict) -> str | None:
         return "Apptainer is not installed"
     if cell.base == "ngc" and not facts.get("ngc"):
         return "the NGC base image is neither here nor pullable"
+    if cell.base == "gpu" and not facts.get("gpu"):
+        return "TensorFlow's GPU image is neither here nor pullable"
     return None
 
 
@@ -247,7 +282,9 @@ def nothing_runnable(cells: list[Cell], facts: dict, tier: str) -> str | None:
     counted = ", ".join(f"{reasons.count(r)} {'cell' if reasons.count(r) == 1 else 'cells'}: {r}"
                         for r in dict.fromkeys(reasons))
     lacking = [what for what, missing in (("no GPU (nvidia-smi lists none)", not facts.get("gpus")),
-                                          ("no NGC base image", any(c.base == "ngc" for c in cells) and not facts.get("ngc")))
+                                          ("no NGC base image", any(c.base == "ngc" for c in cells) and not facts.get("ngc")),
+                                          ("no TensorFlow GPU image",
+                                           any(c.base == "gpu" for c in cells) and not facts.get("gpu")))
                if missing]
     return (f"tier {tier} ran nothing: none of its {len(cells)} cells can run on this machine"
             f"{' (' + '; '.join(lacking) + ')' if lacking else ''}; {counted}")

@@ -11,6 +11,7 @@ import os
 import xml.etree.ElementTree as ET
 
 from ci.nightly import matrix as nightly
+from common.contract import DEFAULT_STACK, STACK_BASES
 
 MARK = {"pass": "✅ pass", "fail": "❌ **fail**", "not-run": "⏸ not run here"}
 
@@ -48,6 +49,11 @@ def _rate(entry: dict) -> str:
     return text
 
 
+def _image(entry: dict) -> str:
+    """A cell's image variant (`cpu`, `current-cpu`); reports written before the stack axis have `base`."""
+    return entry.get("image", entry["base"])
+
+
 def render_summary(report: dict) -> str:
     cells = [e for e in report["entries"] if e["kind"] == "cell"]
     readme = [e for e in report["entries"] if e["kind"] == "readme"]
@@ -63,14 +69,14 @@ def render_summary(report: dict) -> str:
             f"- **{r['cell']}**: ratio {r['ratio']:.3f} against the median {r['baseline']:.3f} of {r['nights']} nights "
             f"({r['change']:+.0%})" for r in report["regressions"]] + [""]
     launchers = list(dict.fromkeys(e["launcher"] for e in cells))
-    for runtime, base in dict.fromkeys((e["runtime"], e["base"]) for e in cells):
-        lines += [f"### {runtime} / {base} image", "",
+    for runtime, image, stack in dict.fromkeys((e["runtime"], _image(e), e.get("stack", DEFAULT_STACK)) for e in cells):
+        lines += [f"### {runtime} / {image} image (stack {stack})", "",
                   "| recipe | " + " | ".join(launchers) + " |", "|---|" + "---|" * len(launchers)]
         for recipe in dict.fromkeys(e["recipe"] for e in cells):
             row = []
             for launcher in launchers:
-                entry = next((e for e in cells if (e["recipe"], e["launcher"], e["runtime"], e["base"])
-                              == (recipe, launcher, runtime, base)), None)
+                entry = next((e for e in cells if (e["recipe"], e["launcher"], e["runtime"], _image(e))
+                              == (recipe, launcher, runtime, image)), None)
                 row.append("" if entry is None else " ".join(filter(None, (MARK[entry["status"]], _rate(entry)))))
             lines.append(f"| {recipe} | " + " | ".join(row) + " |")
         lines.append("")
@@ -157,22 +163,25 @@ def write_all(report: dict, nights: list[dict], out: str) -> None:
 
 
 def render_matrix_table(matrix) -> str:
-    """The README's launcher x runtime table: for each tier, which cells it has and which ran on
-    the CI machine (docker/cpu cells do; Apptainer cells of the cpu tier are listed as not run; a gpu
-    tier, which must run every cell, stops at once and red on a machine without GPUs)."""
-    lines = ["| tier | recipes | launchers | runtime / base | run on the CI machine |", "|---|---|---|---|---|"]
+    """The README's launcher x runtime table: for each tier and stack, which cells it has and which
+    ran on the CI machine (docker/cpu cells do; Apptainer cells of the cpu tier are listed as not run;
+    a gpu tier, which must run every cell, stops at once and red on a machine without GPUs)."""
+    lines = ["| tier | stack | recipes | launchers | runtime / base | run on the CI machine |",
+             "|---|---|---|---|---|---|"]
     for tier, spec in matrix.tiers.items():
-        for runtime in spec["runtimes"]:
-            for base in spec["bases"]:
-                lacking = ", ".join(filter(None, (
-                    "needs GPUs" if spec.get("gpus") else "", "NGC base" if base == "ngc" else "",
-                    "Apptainer" if runtime == "apptainer" else "")))
-                here = ("yes" if runtime == "docker" and base == "cpu" and not spec.get("gpus")
-                        else f"no: the tier stops at once, red ({lacking})" if spec.get("gpus")
-                        else f"no: rendered and listed as not run ({lacking})")
-                replicas = "one per GPU" if spec.get("gpus") else "CPU replicas"
-                lines.append(f"| `{tier}` | {', '.join(spec['recipes'])} | {', '.join(spec['launchers'])} "
-                             f"({replicas}) | {runtime} / {base} | {here} |")
+        for stack in spec.get("stacks", [DEFAULT_STACK]):
+            launchers = [name for name in spec["launchers"] if nightly.runs_on(matrix.launchers, name, stack)]
+            for runtime in spec["runtimes"]:
+                for base in (b for b in spec["bases"] if b in STACK_BASES[stack]):
+                    lacking = ", ".join(filter(None, (
+                        "needs GPUs" if spec.get("gpus") else "", "NGC base" if base == "ngc" else "",
+                        "TensorFlow GPU image" if base == "gpu" else "", "Apptainer" if runtime == "apptainer" else "")))
+                    here = ("yes" if runtime == "docker" and base == "cpu" and not spec.get("gpus")
+                            else f"no: the tier stops at once, red ({lacking})" if spec.get("gpus")
+                            else f"no: rendered and listed as not run ({lacking})")
+                    replicas = "one per GPU" if spec.get("gpus") else "CPU replicas"
+                    lines.append(f"| `{tier}` | {stack} | {', '.join(spec['recipes'])} | {', '.join(launchers)} "
+                                 f"({replicas}) | {runtime} / {base} | {here} |")
     readme = [f"`{c.match}` ({', '.join(tiers)})" for c, tiers in matrix.readme]
     lines += ["", "README commands run as written: " + "; ".join(readme) + "."]
     return "\n".join(lines) + "\n"

@@ -105,10 +105,11 @@ def memlock_allowed(images: dict) -> bool:
 
 def machine_facts(cells, images: dict, docker_answers: bool) -> dict:
     """What the night can use here. `images`: the configured image names (`invoke run`'s settings:
-    ngc_base, cpu_base, debian_base) and the docker client."""
+    ngc_base, cpu_base, debian_base, current_gpu_base, current_cpu_base) and the docker client."""
     facts = {"docker": docker_answers, "apptainer": shutil.which("apptainer") is not None, "gpus": gpu_count()}
-    wants_ngc = any(c.base == "ngc" and c.gpus <= facts["gpus"] for c in cells)
-    facts["ngc"] = bool(wants_ngc and facts["docker"] and image_here_or_pulled(images, images["ngc_base"]))
+    for base, image in (("ngc", images["ngc_base"]), ("gpu", images["current_gpu_base"])):
+        wanted = any(c.base == base and c.gpus <= facts["gpus"] for c in cells)
+        facts[base] = bool(wanted and facts["docker"] and image_here_or_pulled(images, image))
     facts["memlock"] = memlock_allowed(images) if facts["docker"] else True
     return facts
 
@@ -127,14 +128,16 @@ def build_steps(cells, facts: dict, images: dict) -> list[tuple[str, list[str]]]
     """(name, invoke arguments) of every image the runnable cells need, in order."""
     runnable = [c for c in cells if not nightly.not_runnable(c, facts)]
     steps = []
-    if any(c.base == "cpu" and c.runtime in ("docker", "apptainer") for c in runnable):
+    cpu_stacks = list(dict.fromkeys(c.stack for c in runnable if c.base == "cpu" and c.runtime in ("docker", "apptainer")))
+    if cpu_stacks:
         choice = cpu_base_choice(images)
         if choice == "bootstrap":
             steps.append(("Debian base (debootstrap)", ["images.bootstrap"]))
-        steps.append((f"CPU base on {'slim' if choice == 'slim' else 'debian'}",
-                      ["images.cpu", "--base", "slim" if choice == "slim" else "debian"]))
-    for recipe, base, runtime in dict.fromkeys((c.recipe, c.base, c.runtime) for c in runnable if c.runtime != "local"):
-        steps.append((f"{recipe}:{base} ({runtime})", ["build", recipe, "--base", base, "--runtime", runtime]))
+        on = "slim" if choice == "slim" else "debian"
+        steps += [(f"CPU base of {stack} on {on}", ["images.cpu", "--stack", stack, "--base", on]) for stack in cpu_stacks]
+    for cell in {(c.recipe, c.stack, c.base, c.runtime): c for c in runnable if c.runtime != "local"}.values():
+        steps.append((f"{cell.recipe}:{cell.image} ({cell.runtime})",
+                      ["build", cell.recipe, "--stack", cell.stack, "--base", cell.base, "--runtime", cell.runtime]))
     return steps
 
 
@@ -197,7 +200,7 @@ def remove_containers(cell, results_dir: str) -> None:
 def cell_entry(cell, command: list[str], **fields) -> dict:
     """A cell's line in the report, before its checks."""
     return {"id": cell.id, "kind": "cell", "recipe": cell.recipe, "launcher": cell.launcher, "runtime": cell.runtime,
-            "base": cell.base, "tier": cell.tier, "replicas": cell.replicas, "command": command, "attempts": 0,
+            "base": cell.base, "stack": cell.stack, "image": cell.image, "tier": cell.tier, "replicas": cell.replicas, "command": command, "attempts": 0,
             "images_per_sec": None, "ratio": None, "change": None, "problems": [], **fields}
 
 

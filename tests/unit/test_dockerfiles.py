@@ -22,7 +22,8 @@ SKIP_DIRS = {".git", ".venv", "node_modules", "results", "data", "build"}
 def find_dockerfiles() -> list[pathlib.Path]:
     found = []
     for path in REPO.rglob("*"):
-        if set(path.relative_to(REPO).parts) & SKIP_DIRS or not path.is_file():
+        parts = path.relative_to(REPO).parts
+        if set(parts) & SKIP_DIRS or parts[0].startswith(".venv") or not path.is_file():
             continue
         name = path.name
         if name == "Dockerfile" or name.startswith("Dockerfile.") or name.endswith(".Dockerfile"):
@@ -46,6 +47,7 @@ RECIPE_DOCKERFILES = sorted(REPO.glob("recipes/*/Dockerfile"))
 def test_the_dockerfiles_are_found():
     names = {p.relative_to(REPO).as_posix() for p in DOCKERFILES}
     assert "images/cpu/Dockerfile" in names
+    assert "images/cpu-current/Dockerfile" in names
     assert "recipes/mnist-cnn/Dockerfile" in names
 
 

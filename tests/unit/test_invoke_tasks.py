@@ -39,7 +39,7 @@ def test_every_task_whose_first_argument_is_positional_is_covered():
     (["run", "mnist-cnn", "--gpus", "two"], "--gpus 'two' is not a whole number"),
     (["run", "mnist-cnn", "--gpus", "2", "--cpu-replicas", "4"], "applies only with --gpus 0"),
     (["run", "mnist-cnn", "--runtime", "podman"], "unknown runtime 'podman'"),
-    (["build", "mnist-cnn", "--base", "rocm"], "unknown base 'rocm'; choose one of: ngc, cpu"),
+    (["build", "mnist-cnn", "--base", "rocm"], "unknown base 'rocm'; choose one of: ngc, gpu, cpu"),
 ])
 def test_bad_input_gets_one_line_naming_the_value(args, message):
     process = run_invoke(*args, "--dry", "--runtime", "local") if args[0] == "run" and "--runtime" not in args \

@@ -5,7 +5,8 @@ from invoke import Config, Context
 from ci.nightly import runner
 from tasks import host, proving
 
-SITE = {"debian_base": "site/debian:12", "cpu_base": "site/cpu:1", "ngc_base": "site/ngc:25", "docker": "site-docker"}
+SITE = {"debian_base": "site/debian:12", "cpu_base": "site/cpu:1", "ngc_base": "site/ngc:25",
+        "current_gpu_base": "site/tensorflow-gpu:2", "current_cpu_base": "site/cpu:current", "docker": "site-docker"}
 
 
 def test_the_nightly_is_given_the_configured_image_names(monkeypatch):
