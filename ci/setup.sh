@@ -68,19 +68,19 @@ fi
 # stack_python NAME KEY: the `# KEY: X.Y` line of stacks/NAME.txt.
 stack_python() { sed -n "s/^# $2: *\([0-9.]*\) *$/\1/p" "stacks/$1.txt"; }
 
+# at_least A B: version A (like 3.12) is B or later.
+at_least() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" = "$2" ]; }
+
 # python_fits NAME: this python3 is within the stack's python-min and python-max.
-python_fits() {
-    python3 - "$(stack_python "$1" python-min)" "$(stack_python "$1" python-max)" <<'PY'
-import sys
-low, high = (tuple(int(p) for p in v.split(".")) for v in sys.argv[1:3])
-sys.exit(0 if low <= sys.version_info[:2] <= high else 1)
-PY
-}
+python_fits() { at_least "$python_version" "$(stack_python "$1" python-min)" && at_least "$(stack_python "$1" python-max)" "$python_version"; }
+
+# python_range NAME: "3.10-3.12"
+python_range() { echo "$(stack_python "$1" python-min)-$(stack_python "$1" python-max)"; }
 
 command -v python3 >/dev/null 2>&1 || die "no python3 on PATH; install Python 3.10 to 3.13 (apt-get install python3 python3-venv)"
 python_version=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 ranges=""
-for name in $STACKS; do ranges="$ranges${ranges:+, }$name Python $(stack_python "$name" python-min)-$(stack_python "$name" python-max)"; done
+for name in $STACKS; do ranges="$ranges${ranges:+, }$name Python $(python_range "$name")"; done
 if [ "$stack" = auto ]; then
     stack=""
     for name in $STACKS; do
@@ -89,9 +89,10 @@ if [ "$stack" = auto ]; then
     [ -n "$stack" ] || die "no stack installs on Python $python_version ($ranges); install one of those Pythons"
     why="the first of ($STACKS) that Python $python_version installs"
 else
-    [ -f "stacks/$stack.txt" ] && [[ " $STACKS " == *" $stack "* ]] \
-        || die "unknown stack '$stack'; choose one of: ${STACKS// /, }"
-    python_fits "$stack" || die "stack $stack needs Python $(stack_python "$stack" python-min) to $(stack_python "$stack" python-max), and python3 is $python_version ($ranges)"
+    if [ ! -f "stacks/$stack.txt" ] || [[ " $STACKS " != *" $stack "* ]]; then
+        die "unknown stack '$stack'; choose one of: ${STACKS// /, }"
+    fi
+    python_fits "$stack" || die "stack $stack needs Python $(python_range "$stack"), and python3 is $python_version; choose another stack ($ranges)"
     why="asked for with --stack"
 fi
 if [ "$print_stack" = 1 ]; then
@@ -101,7 +102,7 @@ fi
 tensorflow=$(sed -n 's/^tensorflow==//p' "stacks/$stack.txt")
 log "stack $stack (TensorFlow $tensorflow; $why) in $venv"
 if [ "$with_horovod" = 1 ] && ! grep -q '^horovod==' "stacks/$stack.txt"; then
-    die "--horovod: Horovod 0.28.1 does not build against TensorFlow $tensorflow, so stack $stack has no horovod launcher; use --stack ngc-25.02 (Python 3.9-3.12)"
+    die "--horovod: Horovod 0.28.1 does not build against TensorFlow $tensorflow, so stack $stack has no horovod launcher; use --stack ngc-25.02 (Python $(python_range ngc-25.02))"
 fi
 
 marker="$venv/tf-recipes-stack"

@@ -6,10 +6,12 @@ builders as `invoke run` and `invoke sbatch` (commands/launch.py):
     mpijob  MPIJob kubeflow.org/v2beta1 (MPI Operator): horovod. Workers run sshd; the launcher pod
             runs `mpirun` (or `horovodrun`) over W x G slots, reaching the workers through the
             hostfile the operator writes to /etc/mpi/hostfile.
-    tfjob   TFJob kubeflow.org/v1 (Training Operator v1): multiworker. The operator gives every
-            worker TF_CONFIG, but only in a container named `tensorflow`, and none for one worker.
-    job     batch/v1 Indexed Job + headless Service: multiworker, no operator. Each pod builds
-            TF_CONFIG from JOB_COMPLETION_INDEX and its peers' names (common/indexed_job.py).
+    tfjob   TFJob kubeflow.org/v1 (Training Operator v1, no longer maintained: kubernetes-sigs/kueue#12620):
+            multiworker. The operator gives every worker TF_CONFIG, but only in a container named
+            `tensorflow`, and none for one worker.
+    job     batch/v1 Indexed Job + headless Service: multiworker, no operator; the recommended kind
+            for multiworker. Each pod builds TF_CONFIG from JOB_COMPLETION_INDEX and its peers' names
+            (common/indexed_job.py).
 
 Each multiworker pod is one worker process with all its G GPUs (MultiWorkerMirroredStrategy
 mirrors over them); each horovod rank is one process with one GPU.

@@ -61,7 +61,8 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
     help={
         "recipe": "recipe folder name under recipes/",
         "launcher": "horovod (default) | multiworker",
-        "kind": "mpijob (MPI Operator; horovod) | tfjob (Training Operator v1) | job (Indexed Job, no operator)",
+        "kind": "job (Indexed Job, no operator; recommended for multiworker) | mpijob (MPI Operator; horovod) | "
+                "tfjob (Training Operator v1, no longer maintained)",
         "workers": "pods (MPI workers, TF workers)",
         "gpus-per-worker": "GPUs of each pod; 0 runs on CPUs",
         "image": "image the pods run (default tf-recipes/RECIPE:ngc; push it to a registry the cluster reaches)",

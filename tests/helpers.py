@@ -14,6 +14,18 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from common.contract import RESULT_FIELDS  # noqa: E402,F401 (what every results.json must hold)
+from common.contract import STACK_LAUNCHERS, stack_of_tensorflow  # noqa: E402
+
+
+def installed_stack() -> str:
+    """The stack of the TensorFlow beside the Python running the tests (stacks/NAME.txt)."""
+    from importlib import metadata
+    return stack_of_tensorflow(metadata.version("tensorflow"))
+
+
+def stack_launchers(*launchers: str) -> list[str]:
+    """Those of `launchers` that the installed stack has (no horovod on the current stack)."""
+    return [name for name in launchers if name in STACK_LAUNCHERS[installed_stack()]]
 
 
 def run_invoke(*args, timeout=900, env=None) -> subprocess.CompletedProcess:

@@ -10,10 +10,10 @@ import h5py
 import numpy as np
 import pytest
 
-from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke
+from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke, stack_launchers
 
 pytestmark = pytest.mark.slow
-MULTI = ["mirrored", "multiworker", "horovod"]
+MULTI = stack_launchers("mirrored", "multiworker", "horovod")  # the installed stack's
 
 
 def invoke_local(tmp_path, launcher, replicas, *train_args):
@@ -146,7 +146,7 @@ def test_the_tolerance_catches_a_launcher_that_trains_a_different_model(parity_r
             assert not within_parity(parity_runs[control], parity_runs["single"]), control
 
 
-@pytest.mark.parametrize("launcher", ["multiworker", "horovod"])
+@pytest.mark.parametrize("launcher", stack_launchers("multiworker", "horovod"))
 def test_the_chief_exports_a_savedmodel_that_serves_the_trained_model(acceptance_runs, launcher, tmp_path):
     from export_checks import check_export
 

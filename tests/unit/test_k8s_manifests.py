@@ -8,6 +8,7 @@ false first. Each kind also has negative tests: a misspelled field and a wrong t
 """
 import copy
 import functools
+import pathlib
 
 import jsonschema
 import kubernetes_validate
@@ -212,3 +213,16 @@ def test_invoke_k8s_prints_valid_yaml_and_rejects_bad_values(tmp_path):
     bad = run_invoke("k8s", "mnist-cnn", "--workers", "two")
     assert bad.returncode == 2 and "--workers 'two'" in bad.stderr and "Traceback" not in bad.stderr
     assert bad.stdout == ""
+
+
+def test_the_indexed_job_is_the_recommended_multiworker_kind_and_tfjob_is_marked_unmaintained():
+    """TFJob's operator (Training Operator v1) is no longer maintained; the plain Indexed Job needs none."""
+    from commands.k8s import kind_for
+
+    assert kind_for("multiworker", None) == ("multiworker", "job")
+    assert [d["kind"] for d in build_manifests("mnist-cnn", launcher="multiworker",
+                                                                image="tf-recipes/mnist-cnn:ngc")] == ["Service", "Job"]
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "clusters.md").read_text()
+    assert "recommended for multiworker" in docs and "kubernetes-sigs/kueue#12620" in docs
+    tfjob_row = next(line for line in docs.splitlines() if line.startswith("| `tfjob`"))
+    assert "no longer maintained" in tfjob_row

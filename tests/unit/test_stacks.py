@@ -1,0 +1,170 @@
+"""The two stacks: each is one constraints file (stacks/NAME.txt) that the contract's table, ci/setup.sh,
+pyproject.toml, the images and invoke agree with."""
+import pathlib
+import re
+import subprocess
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from common import contract
+from helpers import REPO, run_invoke
+
+STACK_FILES = {path.stem: path for path in (REPO / "stacks").glob("*.txt")}
+
+
+def pins(stack: str) -> dict:
+    lines = (line.split("#")[0].strip() for line in STACK_FILES[stack].read_text().splitlines())
+    return {Requirement(line).name: Requirement(line) for line in lines if line}
+
+
+def python_range(stack: str) -> tuple[str, str]:
+    text = STACK_FILES[stack].read_text()
+    return tuple(re.search(rf"^# python-{key}: ([0-9.]+)$", text, re.M).group(1) for key in ("min", "max"))
+
+
+def test_every_stack_of_the_contract_has_its_constraints_file_and_no_other():
+    assert set(STACK_FILES) == set(contract.STACKS)
+    assert contract.DEFAULT_STACK == contract.STACKS[0]
+    for stack in contract.STACKS:
+        assert contract.STACK_FILE.format(stack=stack) == STACK_FILES[stack].relative_to(REPO).as_posix()
+
+
+@pytest.mark.parametrize("stack", contract.STACKS)
+def test_each_stack_pins_one_tensorflow_and_has_horovod_exactly_when_it_has_the_launcher(stack):
+    found = pins(stack)
+    tensorflow = found["tensorflow"].specifier
+    assert len(tensorflow) == 1 and next(iter(tensorflow)).operator == "==", f"{stack}: pin one TensorFlow"
+    version = Version(next(iter(tensorflow)).version)
+    assert contract.stack_of_tensorflow(str(version)) == stack
+    assert "tensorboard" in found, "TF 2.21 no longer brings TensorBoard, and every run writes its scalars"
+    assert ("horovod" in found) == ("horovod" in contract.STACK_LAUNCHERS[stack])
+    assert contract.STACK_BASES[stack][-1] == "cpu" and set(contract.STACK_BASES[stack]) <= set(contract.BASES)
+
+
+@pytest.mark.parametrize("stack", contract.STACKS)
+def test_pip_install_e_admits_every_stack(stack):
+    """pyproject.toml names ranges that every stack's pins satisfy, so `pip install -e .` pins nothing a
+    Python of either stack cannot install."""
+    import tomllib
+
+    declared = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    for requirement in declared:
+        pinned = pins(stack).get(requirement.name)
+        if pinned is not None and next(iter(pinned.specifier)).operator == "==":
+            assert next(iter(pinned.specifier)).version in requirement.specifier, (stack, str(requirement))
+
+
+def test_the_tensorflow_of_ngc_and_of_later_releases_map_to_their_stacks():
+    assert contract.stack_of_tensorflow("2.17.0+nv25.2") == "ngc-25.02"
+    assert contract.stack_of_tensorflow("2.17.1") == "ngc-25.02"
+    assert contract.stack_of_tensorflow("2.21.0") == "current"
+    assert contract.stack_of_tensorflow("2.22.0rc0") == "current"
+
+
+def setup_choice(tmp_path, version: str, *args: str) -> subprocess.CompletedProcess:
+    """`ci/setup.sh --print-stack` with a stand-in python3 that reports `version`."""
+    folder = tmp_path / f"python{version}"
+    folder.mkdir()
+    (folder / "python3").write_text(f"#!/bin/sh\necho {version}\n")
+    (folder / "python3").chmod(0o755)
+    return subprocess.run(["bash", "ci/setup.sh", "--print-stack", *args], cwd=REPO, capture_output=True, text=True,
+                          env={"PATH": f"{folder}:/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize("version", ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"])
+def test_setup_picks_the_first_stack_this_python_installs_or_says_none_does(tmp_path, version):
+    fits = [s for s in contract.STACKS if Version(python_range(s)[0]) <= Version(version) <= Version(python_range(s)[1])]
+    process = setup_choice(tmp_path, version)
+    if fits:
+        assert process.returncode == 0 and process.stdout.strip() == fits[0], process.stderr
+    else:
+        assert process.returncode == 2 and process.stderr.count("\n") == 1, process.stderr
+        assert f"no stack installs on Python {version}" in process.stderr
+
+
+def test_setup_names_the_range_when_the_stack_asked_for_does_not_fit(tmp_path):
+    process = setup_choice(tmp_path, "3.13", "--stack", "ngc-25.02")
+    low, high = python_range("ngc-25.02")
+    assert process.returncode == 2 and f"stack ngc-25.02 needs Python {low}-{high}, and python3 is 3.13" in process.stderr
+
+
+def test_setup_refuses_horovod_on_a_stack_without_it(tmp_path):
+    process = setup_choice(tmp_path, "3.13", "--stack", "current", "--horovod")
+    assert process.returncode == 0  # --print-stack answers before anything is installed
+    folder = tmp_path / "python3.13"
+    process = subprocess.run(["bash", "ci/setup.sh", "--stack", "current", "--horovod", "--venv", str(tmp_path / "v")],
+                             cwd=REPO, capture_output=True, text=True, env={"PATH": f"{folder}:/usr/bin:/bin"})
+    assert process.returncode == 2 and "stack current has no horovod launcher" in process.stderr
+    assert not (tmp_path / "v").exists()
+
+
+def test_horovod_on_the_current_stack_is_one_line_naming_the_stack_that_has_it():
+    process = run_invoke("run", "mnist-cnn", "--gpus", "8", "--stack", "current", "--launcher", "horovod",
+                         "--runtime", "docker", "--dry")
+    assert process.returncode == 2 and process.stderr.count("\n") == 1, process.stderr
+    assert "does not run on the current stack" in process.stderr and "--stack ngc-25.02" in process.stderr
+
+
+@pytest.mark.parametrize("stack", contract.STACKS)
+def test_each_stack_builds_its_own_images(stack):
+    gpu = contract.STACK_BASES[stack][0]
+    build = run_invoke("build", "mnist-cnn", "--stack", stack, "--dry")
+    assert build.returncode == 0, build.stderr
+    assert f"--build-arg STACK={stack}" in build.stdout
+    base = re.search(r"--build-arg BASE_IMAGE=(\S+)", build.stdout).group(1)
+    if stack == "current":
+        assert base == f"tensorflow/tensorflow:{next(iter(pins(stack)['tensorflow'].specifier)).version}-gpu"
+    run = run_invoke("run", "mnist-cnn", "--gpus", "8", "--stack", stack, "--launcher", "multiworker", "--runtime", "docker",
+                     "--dry")
+    assert run.returncode == 0, run.stderr
+    tag = re.search(r"tf-recipes/mnist-cnn:(\S+)", run.stdout).group(1)
+    assert tag == (gpu if stack == contract.DEFAULT_STACK else f"{stack}-{gpu}")
+    cpu = run_invoke("images.cpu", "--stack", stack, "--dry")
+    assert cpu.returncode == 0 and "images/cpu" in cpu.stdout, cpu.stderr
+
+
+def test_the_recipe_images_default_to_the_default_stack():
+    for dockerfile in (REPO / "recipes").glob("*/Dockerfile"):
+        assert f"ARG STACK={contract.DEFAULT_STACK}\n" in dockerfile.read_text(), dockerfile
+
+
+def readme_versions_rows() -> dict:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Versions"):]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| `")]
+    return {re.match(r" `([^`]+)`", cells[0]).group(1): [c.strip() for c in cells] for cells in rows}
+
+
+@pytest.mark.parametrize("stack", contract.STACKS)
+def test_the_readme_versions_table_is_what_the_stack_files_and_the_contract_say(stack):
+    from invoke import Config, Context
+
+    from tasks import host, images
+
+    name, tensorflow, keras, python, launchers, gpu_image, cpu_image = readme_versions_rows()[stack]
+    assert name.endswith("(default)") == (stack == contract.DEFAULT_STACK)
+    assert tensorflow == next(iter(pins(stack)["tensorflow"].specifier)).version
+    assert keras == next(iter(pins(stack)["keras"].specifier)).version
+    assert python == "-".join(python_range(stack))
+    assert launchers.split(", ") == list(contract.STACK_LAUNCHERS[stack])
+    context = Context(Config(overrides={"tf_recipes": host.DEFAULTS}))
+    assert gpu_image == f"`{host.base_image(context, stack, contract.STACK_BASES[stack][0])}`"
+    assert cpu_image == f"`{pathlib.Path(images.CPU_DOCKERFILES[stack]).parent.as_posix()}`"
+    assert set(readme_versions_rows()) == set(contract.STACKS)
+
+
+def test_the_quick_start_names_the_tensorflow_each_python_gets():
+    text = " ".join((REPO / "README.md").read_text().split())
+    ngc, current = (next(iter(pins(s)["tensorflow"].specifier)).version for s in contract.STACKS)
+    low, high = python_range("ngc-25.02")
+    assert f"TensorFlow {ngc} on Python {low} to {high}, TensorFlow {current} on Python {python_range('current')[1]}" in text
+
+
+def test_the_nightly_runs_every_recipe_on_both_stacks():
+    from ci.nightly import matrix
+
+    cpu = matrix.load_matrix(str(REPO / "ci" / "nightly" / "matrix.yaml")).tiers["cpu"]
+    assert cpu["stacks"] == list(contract.STACKS)
+    assert sorted(cpu["recipes"]) == sorted(p.parent.name for p in (REPO / "recipes").glob("*/train.py"))
