@@ -27,8 +27,8 @@ INVOKE = ("invoke", "inv", ".venv/bin/invoke")
 RUN_BY = {
     # README.md
     "bash ci/setup.sh": (
-        "tests/integration/test_nightly_workflow.py::test_the_smoke_night_is_green",
-        "the smoke night runs the README's quick start line as written, under act"),
+        "tests/integration/test_quickstart_debian.py::test_the_readme_quick_start_works_on_a_fresh_debian",
+        "runs the README's quick start line as written in fresh Debian 12 and 13 root file systems"),
     "bash ci/test.sh": (
         "tests/unit/test_workflows.py::test_ci_runs_the_readmes_test_command",
         "CI runs it on every push and pull request (ci.yml -> .ci/run -> bash ci/test.sh); the test checks that chain"),
