@@ -100,7 +100,6 @@ class Job:
     results_dir: str
     launcher: str
     runtime: str
-    stack: str
 
 
 def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launcher, runtime, horovod_runner, base,
@@ -142,7 +141,7 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
     argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, stack=stack, base=base, image=image, gpus=gpus,
                             data_dir=data_dir, results_dir=results_dir, nsys=nsys, multi_host=len(host_list) > 1,
                             docker=docker, dry=dry)
-    return Job(argv, env, results_dir, launcher, runtime, stack)
+    return Job(argv, env, results_dir, launcher, runtime)
 
 
 # The flags `invoke run` shares with `invoke preflight` (which takes the same launch settings).
