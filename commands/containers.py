@@ -25,12 +25,18 @@ PIP_CERT_SECRET_ID = "pipcert"
 
 DEBOOTSTRAP_VARIANTS = ("minbase", "buildd", "fakechroot")
 
+# The file `invoke images.bootstrap` writes into the root file system folder it makes: a folder is
+# deleted (when the task runs again, and after the import) only if it holds this file.
+ROOTFS_MARKER = ".tf-recipes-rootfs"
+
 # Left out of the base image tarball: apt's package cache and index files. Every Dockerfile runs
 # `apt-get update` first (into a cache mount), so they would only add ~80 MB to the base image.
+# The marker is not part of the image either.
 ROOTFS_TAR_EXCLUDES = (
     "./var/cache/apt/archives/*.deb",
     "./var/cache/apt/*.bin",
     "./var/lib/apt/lists/*",
+    f"./{ROOTFS_MARKER}",
 )
 
 
@@ -156,9 +162,14 @@ def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: Gpu
                              name: str | None = None, interactive: bool = False, ipc: str | None = "host",
                              memlock: int | None = -1, stack: int | None = 67108864,
                              stop_timeout: int | None = 60, docker: str = "docker") -> list[str]:
-    """`docker run` with NVIDIA's recommended flags for its framework containers.
+    """`docker run` with NVIDIA's recommended flags for its framework containers, and one of Docker's
+    own hardening flags.
 
     - `--rm`; `--gpus` unless `gpus` is 0 (see `docker_gpus_value`).
+    - `--security-opt no-new-privileges` (not in NVIDIA's list): no process in the container gains
+      privileges through a setuid or file-capability binary (sudo, su, ping), so a job that runs as
+      the caller (`user`) stays the caller. No image or launcher here uses one (no sudo, su or
+      gosu).
     - `--ipc=host` so that processes of one job (NCCL, MPI, DataLoader-style workers) share memory.
       With the host's IPC namespace Docker ignores `--shm-size` (checked: /dev/shm was the host's
       24G with `--shm-size 1g`), so `--shm-size` is given only when `ipc` is not "host".
@@ -178,7 +189,7 @@ def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: Gpu
       `--stop-timeout`, `docker stop` leaves the job that long to checkpoint before SIGKILL.
     """
     _require_image("image", image)
-    argv = [docker, "run", "--rm", "--init"]
+    argv = [docker, "run", "--rm", "--init", "--security-opt", "no-new-privileges"]
     if stop_timeout is not None:
         argv += ["--stop-timeout", str(stop_timeout)]
     if interactive:

@@ -121,6 +121,21 @@ EXPORT_LABELS_FILE = "labels.txt"  # one class name per line, in class-id order
 EXPORT_CLASSES_FILE = "classes.json"  # segmentation: [{"id", "name", "colour": [r, g, b]}]
 PREDICTIONS_FILE = "predictions.csv"  # what a classification predict.py writes in --out
 
+
+def class_name_problem(name) -> str | None:
+    """Why `name` cannot be a class name, or None if it can. Each class name is one line of
+    EXPORT_LABELS_FILE, which predict.py splits into lines: a line break (any that str.splitlines
+    knows), carriage return or other control character would shift every label after it, and a
+    name that is not UTF-8 (a folder name's undecodable bytes) cannot be written there at all."""
+    if not isinstance(name, str) or not name.strip():
+        return "is empty or only whitespace"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029" for c in name):
+        return "holds a line break or another control character"
+    if any(0xD800 <= ord(c) < 0xE000 for c in name):  # a file name's bytes that are not UTF-8
+        return "is not valid UTF-8"
+    return None
+
+
 # -- the preflight check (`invoke preflight`, `python -m common.preflight`) ----------------------------
 PREFLIGHT_MODULE = "common.preflight"  # what the launchers start instead of a recipe's train.py
 PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)

@@ -26,7 +26,8 @@ import keras
 import tensorflow as tf
 
 from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
-                             EXPORT_VERSION)
+                             EXPORT_VERSION, class_name_problem)
+from common.data import DataError
 
 CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
 
@@ -54,8 +55,18 @@ def serving_function(model, task, image_size, channels, to_model):
     return serve
 
 
+def check_class_names(class_names) -> None:
+    """A DataError for a name that cannot be one line of labels.txt. The data's readers refuse such
+    names already; one that slipped past would shift every label after it."""
+    for name in class_names:
+        if class_name_problem(name):
+            raise DataError(f"class name {name!r} {class_name_problem(name)}, so it cannot be a line of "
+                            f"{EXPORT_LABELS_FILE}; rename the class")
+
+
 def write_export(folder, model, *, recipe, task, class_names, image_size, channels, to_model, palette=None):
     """Write the export into `folder` (which must not exist yet); see the module docstring."""
+    check_class_names(class_names)
     archive = keras.export.ExportArchive()
     archive.track(model)
     serve = serving_function(model, task, tuple(image_size), channels, to_model)
@@ -95,6 +106,7 @@ def export_model(launcher, results_dir, model, build, *, enabled=True, **spec) -
     `build()` outside any strategy scope; the others wait for it. `spec`: see write_export."""
     if not enabled:
         return None
+    check_class_names(spec["class_names"])  # on every process, so that none waits for a chief that stopped
     final = None
     if launcher.is_chief:
         plain = build()

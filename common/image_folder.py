@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.contract import class_name_problem
 from common.data import DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -50,6 +51,9 @@ def _classes(folder: str) -> dict[str, list[str]]:
         path = os.path.join(folder, name)
         if not os.path.isdir(path):
             continue
+        if class_name_problem(name):
+            raise DataError(f"class folder {name!r} in {folder}: the name {class_name_problem(name)}, and each "
+                            "class name is one line of the export's labels.txt; rename the folder")
         files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_SUFFIXES))
         if not files:
             raise DataError(f"class {name!r} in {folder} holds no .jpg, .jpeg or .png file; "

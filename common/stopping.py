@@ -86,3 +86,26 @@ def forwarding_stop_signals(processes):
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+# prctl(2)'s option that names the signal a process gets when the thread that started it ends (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+def stopped_with_parent():
+    """A `preexec_fn` for subprocess.Popen: the child gets SIGTERM when the thread that starts it
+    ends, even when its process is killed with SIGKILL, which no handler sees. The child then stops
+    as if that process had passed a stop signal on; a `docker run` client passes it to its
+    container, which would otherwise outlive it. None where there is no such option (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died before the option was set
+            os._exit(EXIT_STOPPED)
+    return arm

@@ -196,7 +196,9 @@ def execute(argv, env=None, dry=False) -> int:
     if dry:
         return 0
     try:
-        process = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **(env or {})})
+        # Should invoke be killed outright, the command still gets SIGTERM (stopping.stopped_with_parent).
+        process = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **(env or {})},
+                                   preexec_fn=stopping.stopped_with_parent())
     except FileNotFoundError:
         fail(f"{argv[0]} is not installed or not on PATH")
     # SIGTERM/SIGUSR1 to invoke (a scheduler stopping the job) go on to the job, which checkpoints.

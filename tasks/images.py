@@ -63,21 +63,103 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
         raise Exit(f"building {tag} failed with status {code}", code=code)
 
 
-@task(help={"rootfs": "folder for the Debian root file system", "dry": "print the commands, run nothing"})
+@task(help={"rootfs": "a new or empty folder for the Debian root file system (or one an earlier run made); "
+                      "ROOTFS.tar is packed beside it; both are deleted after the import",
+            "dry": "print the commands, run nothing"})
 def bootstrap(c, rootfs="build/debian-rootfs", dry=False):
     """Make a Debian bookworm base image with debootstrap, for machines that reach no registry."""
     cfg = host.settings(c)
-    rootfs = os.path.abspath(rootfs)  # debootstrap changes directory: a relative path would break
-    if not dry:
-        shutil.rmtree(rootfs, ignore_errors=True)
-        os.makedirs(os.path.dirname(rootfs), exist_ok=True)
+    given, rootfs = rootfs, checked_rootfs(rootfs)  # absolute: debootstrap changes directory
     tarball = rootfs + ".tar"
-    for argv in containers.build_debian_base_commands(rootfs, tarball, cfg["debian_base"], docker=host.docker_client(c)):
-        if host.execute(argv, dry=dry):
-            raise Exit(f"making {cfg['debian_base']} failed at: {shlex.join(argv)}", code=1)
-    if not dry:  # the image holds it now; the ~200 MB tree and the ~120 MB tarball are not needed
-        shutil.rmtree(rootfs, ignore_errors=True)
-        os.remove(tarball)
+    if os.path.lexists(tarball):
+        host.fail(f"{tarball} exists, and images.bootstrap packs --rootfs {given} there; move it away or "
+                  "give another --rootfs")
+    try:
+        commands = containers.build_debian_base_commands(rootfs, tarball, cfg["debian_base"],
+                                                         docker=host.docker_client(c))
+    except ValueError as error:
+        host.fail(str(error))
+    folder_is_ours = made_the_folder(rootfs)
+    if not dry:
+        fresh_rootfs(rootfs, folder_is_ours)
+    try:
+        for argv in commands:
+            if host.execute(argv, dry=dry):
+                raise Exit(f"making {cfg['debian_base']} failed at: {shlex.join(argv)}", code=1)
+    finally:
+        if not dry and os.path.exists(tarball):  # this run's, whole or cut short: it was not there before
+            os.remove(tarball)
+    if not dry:  # the image holds it now; the ~200 MB tree is not needed
+        delete_contents(rootfs, marker=True)
+        if folder_is_ours:
+            os.rmdir(rootfs)
+
+
+def checked_rootfs(rootfs: str) -> str:
+    """--rootfs as an absolute path, once it is a folder this task may fill and later delete: a new
+    one, an empty one, or one an earlier run made (it holds ROOTFS_MARKER). Else one line, exit 2."""
+    example = "give a new folder, e.g. --rootfs build/debian-rootfs"
+    if not rootfs.strip():
+        host.fail(f"--rootfs is empty; {example}")
+    path = os.path.realpath(rootfs)
+    if path == os.path.dirname(path):
+        host.fail(f"--rootfs {rootfs} is the root directory; {example}")
+    for what, kept in (("the repository", host.ROOT), ("your home folder", os.path.expanduser("~"))):
+        kept = os.path.realpath(kept)
+        if os.path.commonpath([path, kept]) == path:
+            host.fail(f"--rootfs {rootfs} is {what} ({kept}) or a folder above it; {example}")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        host.fail(f"--rootfs {rootfs} is a file, not a folder; {example}")
+    try:
+        foreign = os.path.isdir(path) and os.listdir(path) and not os.path.isfile(
+            os.path.join(path, containers.ROOTFS_MARKER))
+    except OSError as error:
+        host.fail(f"--rootfs {rootfs} cannot be read ({error.strerror}); {example}")
+    if foreign:
+        host.fail(f"--rootfs {rootfs} is not empty and holds no {containers.ROOTFS_MARKER}, so images.bootstrap "
+                  "did not make it and will not delete it; give a new or empty folder (or delete this one yourself)")
+    return path
+
+
+# What the marker says: whether the task made the folder itself (and so deletes it), or was given it empty
+# (and so deletes only what it put in it).
+MARKER_TEXT = {True: "A Debian root file system that `invoke images.bootstrap` made, in a folder it made; "
+                     "it deletes the folder when it runs again.\n",
+               False: "A Debian root file system that `invoke images.bootstrap` made, in a folder that was "
+                      "there, empty; it deletes what the folder holds when it runs again.\n"}
+
+
+def made_the_folder(path: str) -> bool:
+    """Whether the --rootfs folder is this task's: missing now, or made by an earlier run (its marker says so)."""
+    try:
+        with open(os.path.join(path, containers.ROOTFS_MARKER)) as handle:
+            return handle.read() == MARKER_TEXT[True]
+    except FileNotFoundError:
+        return not os.path.isdir(path)
+
+
+def fresh_rootfs(path: str, folder_is_ours: bool) -> None:
+    """`path` empty but for the marker: made if missing, else emptied (checked_rootfs allowed it)."""
+    if os.path.isdir(path):
+        delete_contents(path, marker=False)
+    else:
+        os.makedirs(path)
+    with open(os.path.join(path, containers.ROOTFS_MARKER), "w") as handle:
+        handle.write(MARKER_TEXT[folder_is_ours])
+
+
+def delete_contents(path: str, *, marker: bool) -> None:
+    """Everything in `path`, the marker only with marker=True and last, so a folder cut short stays marked."""
+    marker_path = os.path.join(path, containers.ROOTFS_MARKER)
+    for entry in os.scandir(path):
+        if entry.path == marker_path:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.remove(entry.path)
+    if marker and os.path.lexists(marker_path):
+        os.remove(marker_path)
 
 
 # The CPU base image of each stack: its Dockerfile (built from the repository root, for stacks/).

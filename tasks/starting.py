@@ -13,29 +13,37 @@ from tasks import host
 MATRIX = os.path.join("ci", "nightly", "matrix.yaml")
 
 
-def source_files(folder: str) -> dict[str, str]:
-    """{path relative to the folder: text} of the files `invoke new` copies."""
-    files = {}
+def source_files(folder: str) -> tuple[dict[str, bytes], set[str], list[str]]:
+    """The files `invoke new` copies, {path relative to the folder: content}; those of them that are
+    executable; and the folders it leaves out as not source (scaffold.copied), each ending in /."""
+    files, executable, left_out = {}, set(), []
     for directory, subdirectories, names in os.walk(folder):
+        relative_dir = os.path.relpath(directory, folder).replace(os.sep, "/")
+        prefix = "" if relative_dir == "." else f"{relative_dir}/"
+        for subdirectory in sorted(subdirectories):
+            if not scaffold.copied(f"{prefix}{subdirectory}/file"):
+                subdirectories.remove(subdirectory)
+                left_out.append(f"{prefix}{subdirectory}/")
         subdirectories.sort()
         for filename in sorted(names):
-            path = os.path.join(directory, filename)
-            relative = os.path.relpath(path, folder).replace(os.sep, "/")
-            if scaffold.copied(relative) and not relative.startswith("README.md"):
-                with open(path, encoding="utf-8") as handle:
+            path, relative = os.path.join(directory, filename), f"{prefix}{filename}"
+            if scaffold.copied(relative) and relative != "README.md" and os.path.isfile(path):
+                with open(path, "rb") as handle:
                     files[relative] = handle.read()
-    return files
+                if os.stat(path).st_mode & 0o111:
+                    executable.add(relative)
+    return files, executable, left_out
 
 
-def write_folder(target: str, files: dict[str, str], executable: set[str]) -> None:
+def write_folder(target: str, files: dict[str, bytes], executable: set[str]) -> None:
     """All of `files` under `target`, or nothing: they are written beside it, then renamed into place."""
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}-", dir=os.path.dirname(target))
     try:
-        for relative, text in files.items():
+        for relative, content in files.items():
             path = os.path.join(staging, relative)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
+            with open(path, "wb") as handle:
+                handle.write(content)
             if relative in executable:
                 os.chmod(path, 0o755)
         os.rename(staging, target)
@@ -62,33 +70,45 @@ def new(c, name, from_="mnist-cnn", add_to_nightly=False, dry=False):
     host.help_for(name, "new")
     try:
         scaffold.check_name(name, host.recipes(), source)
-        with open(matrix_path, encoding="utf-8") as handle:
+        with open(matrix_path, encoding="utf-8", newline="") as handle:  # its lines as they are
             matrix_text = handle.read()
         entry = scaffold.matrix_entry(matrix_text, source, name)
         new_matrix = scaffold.add_to_matrix(matrix_text, source, name) if add_to_nightly else None
     except launch.LaunchError as error:
         host.fail(str(error))
     folder = os.path.join(host.ROOT, "recipes", source)
-    files = {path: scaffold.rename(text, source, name) for path, text in source_files(folder).items()}
-    files["README.md"] = scaffold.readme(name, source, _title(folder))
+    copied, executable, left_out = source_files(folder)
+    files = {path: scaffold.rename_file(path, content, source, name) for path, content in copied.items()}
+    files["README.md"] = scaffold.readme(name, source, _title(folder)).encode("utf-8")
     rendered = launch_files.launch_files(name)
-    files.update({f"{launch_files.FOLDER}/{filename}": text for filename, text in rendered.items()})
-    executable = {path for path in files if path.endswith((".sh", ".sbatch"))}
+    files.update({f"{launch_files.FOLDER}/{filename}": text.encode("utf-8") for filename, text in rendered.items()})
+    executable |= {path for path in files if path.endswith((".sh", ".sbatch"))}
     target = os.path.join(host.ROOT, "recipes", name)
     for relative in sorted(files):
         print(f"{'would write' if dry else 'wrote'} recipes/{name}/{relative}")
+    for relative in left_out:
+        if relative != f"{launch_files.FOLDER}/" and not relative.endswith("__pycache__/"):
+            print(f"left out recipes/{source}/{relative} (data, results, checkpoints and caches are not source)")
     if new_matrix is not None:
         print(f"{'would add' if dry else 'added'} {name} to {MATRIX}")
     if dry:
         return
     write_folder(target, files, executable)
     if new_matrix is not None:
-        host.write_atomically(matrix_path, new_matrix)
+        try:
+            host.write_atomically(matrix_path, new_matrix)
+        except BaseException:  # all or nothing: without its nightly entry, the new folder goes too
+            shutil.rmtree(target, ignore_errors=True)
+            raise
     print("\n".join(["", *scaffold.next_steps(name, source, entry, added=new_matrix is not None)]))
 
 
 def _title(folder: str) -> str:
-    """The first line of the source recipe's train.py docstring, e.g. 'MNIST CNN: the smallest recipe'."""
-    with open(os.path.join(folder, "train.py"), encoding="utf-8") as handle:
-        first = handle.read().split('"""', 2)[1].strip().splitlines()[0]
+    """The first line of the source recipe's train.py docstring, e.g. 'MNIST CNN: the smallest recipe';
+    empty when it has none."""
+    try:
+        with open(os.path.join(folder, "train.py"), encoding="utf-8") as handle:
+            first = handle.read().split('"""', 2)[1].strip().splitlines()[0]
+    except (IndexError, UnicodeDecodeError):
+        return ""
     return first.rstrip(".")

@@ -23,6 +23,7 @@ import struct
 import numpy as np
 import tensorflow as tf
 
+from common.contract import class_name_problem
 from common.data import DataError, InputShard, error_reason, global_order, pipeline_positions
 
 import layout
@@ -113,6 +114,11 @@ def classes(data_dir) -> tuple[list[str], list]:
     classes file for --format pairs), from the train index."""
     index = read_index(data_dir, "train")
     names = list(index.get("categories") or labels.CATEGORY_NAMES)
+    for name in names:
+        if class_name_problem(name):
+            raise DataError(f"class {name!r} in {layout.index_path(data_dir, 'train')}: the name "
+                            f"{class_name_problem(name)}, and each class name is one line of the export's "
+                            "labels.txt; prepare the data again with prepare_data.py")
     palette = index.get("palette") or labels.CATEGORY_COLOURS
     return names, [tuple(colour) for colour in palette]
 

@@ -30,8 +30,12 @@ LABEL_SUFFIX = "_gtFine_labelIds.png"
 FULL_SIZE = (1024, 2048)
 INDEX_FORMAT = "cityscapes-categories-png/1"
 
+# A split is a folder and an index file in the prepared data: a plain name, never a path.
+SPLIT_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
 # leftImg8bit/train/aachen/aachen_000000_000019_leftImg8bit.png -> image, train, aachen/aachen_...
-_MEMBER = re.compile(r"^(?P<top>leftImg8bit|gtFine)/(?P<split>[^/]+)/(?P<id>[^/]+/[^/]+?)"
+# (a city of "." or "..", which only a zip can hold, would lead the prepared files out of their folder)
+_MEMBER = re.compile(r"^(?P<top>leftImg8bit|gtFine)/(?P<split>[^/]+)/(?P<id>(?!\.\.?/)[^/]+/[^/]+?)"
                      r"(?P<suffix>_leftImg8bit\.png|_gtFine_labelIds\.png)$")
 
 

@@ -31,6 +31,8 @@ import re
 import numpy as np
 from PIL import Image
 
+from common.contract import class_name_problem
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 MASK_SUFFIX = ".png"
 EXPECTED_PAIRS = """\
@@ -88,7 +90,11 @@ def read_classes(path) -> tuple[list[str], list]:
             entry = {"name": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
             raise PairsError(f"{where}: {entry!r} has no name; write `- NAME` or `- {{name: NAME, colour: [R, G, B]}}`")
-        names.append(entry["name"].strip())
+        name = entry["name"].strip()
+        if class_name_problem(name):
+            raise PairsError(f"{where}: the name {name!r} {class_name_problem(name)}; each class name is one line "
+                             "of the export's labels.txt, so give it a name on one line")
+        names.append(name)
         colours.append(_colour(entry.get("colour", entry.get("color")), where))
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -175,9 +181,8 @@ class ImageMaskFolders:
             if flat and split != "train":
                 continue  # one flat listing, split below
             if not mask_folder.is_dir():
-                problems.append(f"split {split}: no mask folder {mask_folder} for the images in {image_folder}")
-                stems_of[split] = {}
-                continue
+                raise PairsError(f"split {split!r}: no mask folder {mask_folder} for the images in {image_folder}; "
+                                 "check --splits and --masks")
             images, masks = _listing(image_folder, IMAGE_SUFFIXES), _listing(mask_folder, (MASK_SUFFIX,))
             for stem, files in sorted({**images, **masks}.items()):
                 if len(images.get(stem, [])) > 1:
@@ -198,10 +203,12 @@ class ImageMaskFolders:
             stems_of = {"train": {s: f for s, f in both.items() if s not in val},
                         "val": {s: f for s, f in both.items() if s in val}}
         for split in splits:
-            found = stems_of.get(split, {})
-            if not found and not any(problem.startswith(f"split {split}:") for problem in problems):
-                problems.append(f"split {split}: no image and mask pairs in {folders[split][0]} and {folders[split][1]}"
-                                + (f" (--val-fraction {self.val_fraction} of them)" if flat and split == "val" else ""))
+            found = stems_of[split]
+            if not found:
+                raise PairsError(f"split {split!r} has no image and mask pairs in {folders[split][0]} and "
+                                 f"{folders[split][1]}"
+                                 + (f" (--val-fraction {self.val_fraction} of them)" if flat and split == "val" else "")
+                                 + "; check --splits, --images and --masks")
             pairs[split] = sorted(found)
             signatures[split] = {}
             for stem, (image, mask) in found.items():

@@ -36,9 +36,11 @@ import zipfile
 import numpy as np
 from PIL import Image
 
-import labels
-import layout
-import pairs as pairs_format
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # common.contract, when run as a script
+
+import labels  # noqa: E402
+import layout  # noqa: E402
+import pairs as pairs_format  # noqa: E402
 
 EXPECTED_LAYOUT = f"""\
 expected in --source, either as downloaded or extracted (each half may be either):
@@ -141,9 +143,13 @@ def pair_files(images: Half, labels_half: Half, splits):
         for example_id in sorted(label_ids - image_ids):
             problems.append(f"label without image: {labels_half.describe(layout.label_member(split, example_id))} "
                             f"(no {images.describe(layout.image_member(split, example_id))})")
-        if not image_ids | label_ids:
-            problems.append(f"split {split}: no files under {images.describe(f'{layout.IMAGE_DIR}/{split}/')} "
-                            f"or {labels_half.describe(f'{layout.LABEL_DIR}/{split}/')}")
+        if not image_ids & label_ids:
+            unpaired = f" ({len(image_ids)} images, {len(label_ids)} labels, none with its partner)" \
+                if image_ids | label_ids else ""
+            raise UsageError(f"split {split!r} has no image and label pairs under "
+                             f"{images.describe(f'{layout.IMAGE_DIR}/{split}/')} and "
+                             f"{labels_half.describe(f'{layout.LABEL_DIR}/{split}/')}{unpaired}; "
+                             "check --splits and --source")
         pairs[split] = sorted(image_ids & label_ids)
         signatures[split] = {example_id: [found[split]["image"][example_id], found[split]["label"][example_id]]
                              for example_id in pairs[split]}
@@ -297,6 +303,7 @@ def prepare_split(source, split, example_ids, signatures, out, expect_size, work
     skipped = sorted(set(example_ids) - set(todo))
     valid = list(skipped)  # pairs whose outputs match their source: skipped or written now
     manifest_path(out, split).parent.mkdir(parents=True, exist_ok=True)
+    manifest_path(out, split).touch()  # marks the folder as this script's (see foreign_output)
     tasks = [(source, split, example_id, source.locate(split, example_id), out, expect_size) for example_id in todo]
     workers = min(workers, len(tasks))
     # spawn, not fork: the caller may have started threads (TensorFlow does) that fork would copy.
@@ -336,12 +343,38 @@ def prepare_split(source, split, example_ids, signatures, out, expect_size, work
     return problems, len(valid) - len(skipped), len(skipped)
 
 
+def foreign_output(out: pathlib.Path, split: str) -> pathlib.Path | None:
+    """A path in --out that preparing `split` would overwrite or delete, but this script did not write:
+    SPLIT.json that is no index of ours, or a SPLIT/ that is not empty and has no manifest."""
+    index, folder = layout.index_path(out, split), out / split
+    if index.exists() or index.is_symlink():
+        try:
+            if json.loads(index.read_text()).get("format") != layout.INDEX_FORMAT:
+                return index
+        except (OSError, ValueError, AttributeError):
+            return index
+    if folder.exists() and not folder.is_dir():
+        return folder
+    if folder.is_dir() and any(folder.iterdir()) and not manifest_path(out, split).is_file():
+        return folder
+    return None
+
+
 def prepare(source, out, splits=("train", "val"), workers=None, expect_size=None, log=print) -> list[str]:
     """Prepare the given splits of `source` (the release's folder, or a pairs.ImageMaskFolders);
     returns every problem found (empty when all splits are complete)."""
+    for split in splits:  # each becomes OUT/SPLIT/ and OUT/SPLIT.json
+        if not layout.SPLIT_NAME.fullmatch(split):
+            raise UsageError(f"--splits: {split!r} is not a split name; use letters, digits, '-' and '_' only, "
+                             "e.g. --splits train,val")
     if not hasattr(source, "load"):
         source = CityscapesRelease(pathlib.Path(source))
     out = pathlib.Path(out)
+    for split in splits:
+        in_the_way = foreign_output(out, split)
+        if in_the_way:
+            raise UsageError(f"{in_the_way} is in --out {out} but was not written by prepare_data.py, and "
+                             f"preparing split {split!r} would replace it; choose another --out")
     log(source.describe())
     pairs, signatures, problems = source.pairs(splits)
     workers = workers or os.cpu_count() or 1
@@ -373,14 +406,13 @@ def main(argv=None) -> int:
                         help="pairs: resize every image (bilinear) and mask (nearest) to this size, "
                              "for photos of mixed sizes")
     parser.add_argument("--out", required=True, help="folder for the prepared data (created if missing)")
-    parser.add_argument("--splits", default="train,val", help="comma-separated (default train,val)")
+    parser.add_argument("--splits", default="train,val",
+                        help="comma-separated names of letters, digits, - and _ (default train,val)")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     parser.add_argument("--expect-size", default=None, metavar="HxW",
                         help="reject pairs of any other size, e.g. 1024x2048 for real Cityscapes")
     args = parser.parse_args(argv)
-    splits = [split.strip() for split in args.splits.split(",") if split.strip()]
-    if not splits:
-        parser.error("--splits is empty; use e.g. --splits train,val")
+    splits = [split.strip() for split in args.splits.split(",")]
     if args.workers is not None and args.workers < 1:
         parser.error(f"--workers {args.workers}: use 1 or more")
     sizes = {}
@@ -398,10 +430,10 @@ def main(argv=None) -> int:
             args.images, args.masks, args.classes, args.val_fraction, size=sizes["size"])
         problems = prepare(source, args.out, splits, args.workers, sizes["expect_size"])
     except (UsageError, pairs_format.PairsError) as error:
-        print(f"prepare_data: {error}", file=sys.stderr)
+        print(f"error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # e.g. --out not writable, disk full
-        print(f"prepare_data: cannot write the prepared data: {error}", file=sys.stderr)
+        print(f"error: cannot write the prepared data: {error}", file=sys.stderr)
         return 2
     if problems:
         print(f"\nprepare_data: {len(problems)} problems; splits with problems have no index and are "

@@ -56,7 +56,7 @@ def test_recipe_layer_is_small_and_labelled(mnist_image):
 def test_a_missing_image_says_which_command_builds_it(engine):
     process = run_invoke("run", "mnist-cnn", "--runtime", "docker", "--image", "tf-recipes/none:missing", env=engine)
     assert process.returncode == 2
-    assert "is not built; run `invoke build mnist-cnn --base cpu` first" in process.stderr
+    assert "is not built; run `invoke build mnist-cnn --stack ngc-25.02 --base cpu` first" in process.stderr
 
 
 # -- cityscapes-unet: the generated fixture, prepared on the host, mounted read-only at /data ---------

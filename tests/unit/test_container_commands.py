@@ -217,6 +217,15 @@ def test_profile_adds_sys_admin_and_nothing_broader():
     assert "--privileged" not in argv
 
 
+@pytest.mark.parametrize("overrides", [{}, {"profile": True}, {"user": "1000:1000", "interactive": True}],
+                         ids=["defaults", "profile", "user"])
+def test_no_process_in_the_container_gains_privileges(overrides):
+    """Not one of NVIDIA's flags: setuid and file-capability binaries give nothing inside, whatever else is asked."""
+    argv = run(**overrides)
+    assert flag_values(argv, "--security-opt") == ["no-new-privileges"]
+    assert argv.index("--security-opt") < argv.index("tf-recipes/mnist-cnn:latest")
+
+
 def test_run_uses_the_given_docker_client():
     assert run(docker="/usr/bin/docker")[0] == "/usr/bin/docker"
 

@@ -1,9 +1,14 @@
-"""invoke tasks as a user meets them: help text, --dry, one-line errors for bad input."""
+"""invoke tasks as a user meets them: help text, --dry, one-line errors for bad input, and what
+becomes of a command invoke started when invoke itself is killed."""
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from helpers import run_invoke
+from helpers import REPO, run_invoke
 
 
 def test_tasks_are_listed_with_help():
@@ -101,3 +106,54 @@ def test_build_from_a_definition_writes_it_and_needs_apptainer(tmp_path):
     assert f"no-apptainer-here build {tmp_path}/mnist-cnn_cpu.sif {tmp_path}/mnist-cnn_cpu.def" in process.stdout
     refused = run_invoke("build", "mnist-cnn", "--definition", "--dry")
     assert refused.returncode == 2 and "add --runtime apptainer" in refused.stderr
+
+
+# A stand-in for a training job (or a `docker run` client, which passes the signal to its container):
+# it says which signal stopped it.
+STAND_IN = """
+import os, signal, sys, time
+
+def stopped(signum, frame):
+    with open(sys.argv[1] + ".signal", "w") as handle:
+        handle.write(signal.Signals(signum).name)
+    sys.exit(143)
+
+signal.signal(signal.SIGTERM, stopped)
+with open(sys.argv[1] + ".pid", "w") as handle:
+    handle.write(str(os.getpid()))
+time.sleep(60)
+"""
+
+
+def wait_for(path, seconds=20.0) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_command_invoke_started_is_stopped_when_invoke_is_killed_outright(tmp_path):
+    """SIGKILL reaches no handler, so invoke cannot pass a stop on (tasks/host.py execute): the
+    kernel sends the command SIGTERM instead, and it stops as it would on `invoke run`'s own SIGTERM."""
+    (tmp_path / "job.py").write_text(STAND_IN)
+    marker = tmp_path / "job"
+    execute = "import sys; from tasks import host; host.execute(sys.argv[1:])"
+    invoke = subprocess.Popen([sys.executable, "-c", execute, sys.executable, str(tmp_path / "job.py"), str(marker)],
+                              cwd=REPO, stdout=subprocess.DEVNULL)
+    pid = None
+    try:
+        pid = int(wait_for(tmp_path / "job.pid") or 0) or None
+        assert pid, "the stand-in job never started"
+        invoke.kill()
+        invoke.wait(timeout=30)
+        assert wait_for(tmp_path / "job.signal", seconds=10) == "SIGTERM"
+    finally:
+        invoke.kill()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -219,14 +219,21 @@ def test_every_upload_overwrites_the_artifact_of_an_earlier_attempt(path):
     assert all(step["with"].get("overwrite") is True for step in uploads), uploads
 
 
-def test_the_gpu_job_checks_its_runner_first_and_keeps_its_venv():
-    gpu = load(WORKFLOWS / "nightly.yml")["jobs"]["gpu"]["steps"]
-    assert gpu[0]["name"] == "Runner preflight" and "bash ci/runner-preflight.sh" in gpu[0]["run"]
-    checkout = next(i for i, step in enumerate(gpu) if "actions/checkout" in step.get("uses", ""))
-    assert gpu[checkout]["with"]["clean"] is False
-    # A runner's first night has no kept checkout: the preflight then runs right after the checkout.
-    assert gpu[checkout + 1]["run"] == "bash ci/runner-preflight.sh"
-    assert gpu[checkout + 1]["if"] == "${{ steps.preflight.outputs.ran != 'true' }}"
+def test_the_gpu_job_runs_only_mains_code_on_a_clean_checkout_with_a_fresh_venv():
+    """The self-hosted runner outlives its jobs: nothing one run leaves there may run in a later one."""
+    gpu = load(WORKFLOWS / "nightly.yml")["jobs"]["gpu"]
+    # A night, or a dispatch from main: a branch's dispatch skips the job.
+    assert gpu["if"] == "${{ vars.NIGHTLY_GPU == 'true' && github.ref == 'refs/heads/main' }}"
+    steps = gpu["steps"]
+    # Nothing runs before the checkout, and the checkout deletes what is not tracked (.venv included).
+    assert "actions/checkout" in steps[0]["uses"] and steps[0]["with"]["clean"] is True
+    assert steps[1]["run"] == "bash ci/runner-preflight.sh" and "if" not in steps[1]
+    setup = next(step for step in steps if step.get("run", "").startswith("bash ci/setup.sh"))
+    assert setup["env"] == {"PIP_CACHE_DIR": "${{ runner.temp }}/pip-cache"}  # emptied around every job
+    # Its folders are the workspace the checkout cleaned, never one kept elsewhere (vars.NIGHTLY_*, for act).
+    assert "defaults" not in gpu and gpu["env"] == {"REPORT": "${{ github.workspace }}/nightly-report",
+                                                    "HISTORY": "${{ github.workspace }}/nightly-history"}
+    assert "clean: false" not in (WORKFLOWS / "nightly.yml").read_text()
 
 
 @pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yml")) + sorted((REPO / "ci").glob("*.sh")),

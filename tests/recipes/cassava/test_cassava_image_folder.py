@@ -1,5 +1,7 @@
 """cassava-resnet on the user's own photos: `--data-format image-folder` (tests/image_folder_data.py)
 goes through the same decode-once cache and sharded order as TFDS cassava."""
+import os
+
 import numpy as np
 import pytest
 
@@ -70,10 +72,15 @@ def test_an_unreadable_photo_is_named(photos, tmp_path):
     ("empty", "class 'banana' in {root}/train holds no .jpg, .jpeg or .png file"),
     ("no-val", "class 'cherry' is in {root}/train but not in {root}/val"),
     ("val-only", "class 'durian' is in {root}/val but not in {root}/train"),
+    # Two classes would be three lines of the export's labels.txt, and every label after it shifted.
+    ("line-break", "class folder 'ban\\nana' in {root}/train: the name holds a line break"),
 ])
 def test_a_class_mistake_is_one_line_naming_the_class(tmp_path, damage, needle):
     root = write_image_folder(tmp_path / "data", per_class=(2, 1))
-    if damage == "empty":
+    if damage == "line-break":
+        for split in ("train", "val"):
+            (root / split / "banana").rename(root / split / "ban\nana")
+    elif damage == "empty":
         for path in (root / "train" / "banana").iterdir():
             path.unlink()
     elif damage == "no-val":
@@ -99,3 +106,22 @@ def test_trains_on_an_image_folder_with_its_own_classes(photos, tmp_path):
     assert results["classes"] == sorted(CLASSES) and results["data"] == "image-folder"
     assert (out / "export" / "labels.txt").read_text().splitlines() == sorted(CLASSES)  # the export's too
     assert "ERROR" not in without_tf_log(process.stdout + process.stderr)
+
+
+@pytest.mark.parametrize("name", ["app\rle", "tab\tbed", "   ", b"caf\xe9"], ids=["return", "tab", "blank", "not-utf8"])
+def test_a_class_folder_whose_name_is_not_one_line_is_named_with_its_folder(tmp_path, name):
+    root = write_image_folder(tmp_path / "data", per_class=(2, 1), split=False)
+    os.rename(root / "apple", os.path.join(os.fsencode(root), name) if isinstance(name, bytes) else root / name)
+    name = os.fsdecode(name)
+    with pytest.raises(DataError) as raised:
+        read_image_folder(str(root), 0.5)
+    assert str(raised.value).startswith(f"class folder {name!r} in {root}: the name ")
+    assert "\n" not in str(raised.value)
+
+
+def test_the_export_refuses_a_class_name_that_is_not_one_line_of_labels_txt(tmp_path):
+    from common import export
+    with pytest.raises(DataError, match=r"class name 'ban\\nana' holds a line break .* labels.txt"):
+        export.write_export(str(tmp_path / "export"), None, recipe="cassava-resnet", task=export.CLASSIFICATION,
+                            class_names=["apple", "ban\nana"], image_size=(32, 32), channels=3, to_model=None)
+    assert not (tmp_path / "export").exists()
