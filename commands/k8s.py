@@ -23,10 +23,21 @@ time for that. 143 means "retry": TFJob `restartPolicy: ExitCode` restarts on 12
 any other failure fails the whole Job (`backoffLimit: 0`); the MPIJob launcher retries a failed
 mpirun `backoffLimit` times. Every train.py gets --resume and a results folder named after the job,
 so a restarted worker continues from the checkpoint.
+
+Pod Security (docs/security.md): the Indexed Job's and the TFJob's pods meet the "restricted" profile
+when their volumes are PersistentVolumeClaims: they run as `run_as_user` (not root; the images set
+HOME=/tmp, so any UID works), without privilege escalation, with every capability dropped and the
+runtime's default seccomp profile. The MPIJob's pods meet "baseline": the launcher runs as root with
+every capability dropped (OpenSSH's client refuses a UID without a passwd entry, the images add no
+user, and the operator's key in /root/.ssh is root's), and the workers run sshd as root with only the
+four capabilities it needs. A hostPath volume meets neither profile. Every container requests CPU and
+memory with limits equal to the requests (Guaranteed QoS, evicted last), and /dev/shm has a size limit.
 """
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
 from dataclasses import dataclass
 
 import yaml
@@ -46,6 +57,20 @@ RETRIES = 3  # MPIJob launcher and TFJob: restarts before the job counts as fail
 SSH_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                "-o", "ConnectionAttempts=10")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+RUN_AS_USER = 1000  # UID, GID and fsGroup of the multiworker pods: any non-root number works (HOME=/tmp)
+CPUS_PER_GPU = 6  # default CPU request of a worker pod, per GPU (at least one GPU's worth)
+MEMORY_PER_GPU_GI = 32  # default memory request and limit of a worker pod, GiB per GPU
+SHM_PER_GPU_GI = 1  # default /dev/shm size limit, GiB per GPU (NVIDIA's 1g per container, per GPU here)
+LAUNCHER_CPUS, LAUNCHER_MEMORY = 1, "2Gi"  # the MPIJob launcher runs mpirun and ssh only
+# The node's own folders: a pod that mounts one can read or change the node (and its other pods).
+SYSTEM_FOLDERS = ("/etc", "/proc", "/sys", "/dev", "/var/run", "/run", "/root", "/boot", "/usr", "/bin",
+                  "/sbin", "/var/lib/kubelet", "/var/lib/containerd", "/var/lib/docker")
+_SYSTEM_LIB = re.compile(r"/lib(32|64|x32)?(/|$)")
+_MEMORY = re.compile(r"([1-9][0-9]*)(Mi|Gi|Ti)")
+_MEMORY_UNITS = {"Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+# sshd as root: bind port 22, switch to its unprivileged user and chroot for privilege separation.
+SSHD_CAPABILITIES = ["NET_BIND_SERVICE", "SETGID", "SETUID", "SYS_CHROOT"]
+MPI_AUTHORIZED_KEYS = "/etc/ssh/mpi_authorized_keys"
 
 
 def kind_for(launcher: str | None, kind: str | None) -> tuple[str, str]:
@@ -68,7 +93,8 @@ def volume(name: str, source: str | None, *, readonly: bool) -> dict | None:
     if not source:
         return None
     if source.startswith("/"):
-        return {"name": name, "hostPath": {"path": source, "type": "Directory" if readonly else "DirectoryOrCreate"}}
+        path = host_folder(name, source)
+        return {"name": name, "hostPath": {"path": path, "type": "Directory" if readonly else "DirectoryOrCreate"}}
     if not _DNS_LABEL.fullmatch(source) or len(source) > 253:
         raise LaunchError(f"--{name} {source!r} is neither an absolute host path nor a PersistentVolumeClaim "
                           "name (lower-case letters, digits and '-')")
@@ -78,8 +104,30 @@ def volume(name: str, source: str | None, *, readonly: bool) -> dict | None:
     return {"name": name, "persistentVolumeClaim": claim}
 
 
-def _container(name: str, image: str, command: list[str], *, env: dict | None = None, ports=None,
-               resources=None, mounts=None) -> dict:
+def host_folder(name: str, source: str) -> str:
+    """`source` as a normalised absolute path; a LaunchError for / and the node's system folders."""
+    path = posixpath.normpath("/" + source.lstrip("/"))
+    system = next((folder for folder in SYSTEM_FOLDERS if path == folder or path.startswith(folder + "/")), None)
+    lib = _SYSTEM_LIB.match(path)
+    if path == "/" or system or lib:
+        folder = system or (lib and lib[0].rstrip("/"))
+        where = "the node's root folder" if path == "/" else f"in the node's system folder {folder}"
+        raise LaunchError(f"--{name} {source!r} is {where}, which a pod must not mount: give a PersistentVolumeClaim "
+                          f"name, or a folder of the job's own such as /srv/{name}")
+    return path
+
+
+def memory_bytes(flag: str, quantity: str) -> int:
+    """Bytes of a memory quantity with a binary unit ("32Gi"); a LaunchError naming the flag otherwise."""
+    match = _MEMORY.fullmatch(str(quantity))
+    if not match:
+        raise LaunchError(f"{flag} {quantity!r} must be a whole number with Mi, Gi or Ti, such as 32Gi")
+    return int(match[1]) * _MEMORY_UNITS[match[2]]
+
+
+def _container(name: str, image: str, command: list[str], *, resources: dict, env: dict | None = None, ports=None,
+               mounts=None, capabilities=()) -> dict:
+    """A container that gains no privilege and drops every capability but `capabilities`."""
     container = {"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
                  "workingDir": CONTAINER_WORKDIR, "command": list(command)}
     if env:
@@ -87,7 +135,26 @@ def _container(name: str, image: str, command: list[str], *, env: dict | None = 
     for key, value in (("ports", ports), ("resources", resources), ("volumeMounts", mounts)):
         if value:
             container[key] = value
+    dropped = {"drop": ["ALL"], **({"add": list(capabilities)} if capabilities else {})}
+    container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": dropped}
     return container
+
+
+def _resources(cpus: int, memory: str, gpus: int = 0) -> dict:
+    """Requests with limits equal to them (Guaranteed QoS), and the GPUs."""
+    request = {"cpu": str(cpus), "memory": memory}
+    return {"requests": dict(request), "limits": {**request, **({"nvidia.com/gpu": gpus} if gpus else {})}}
+
+
+def _pod_security(run_as_user: int | None) -> dict:
+    """The pod's securityContext: the runtime's default seccomp profile, and a non-root user when given."""
+    context = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if run_as_user is None:
+        return context
+    # fsGroup makes the volumes group-writable for that group; OnRootMismatch skips the recursive
+    # change when the volume's top folder already has it (a large dataset is not walked every start).
+    return {"runAsNonRoot": True, "runAsUser": run_as_user, "runAsGroup": run_as_user, "fsGroup": run_as_user,
+            "fsGroupChangePolicy": "OnRootMismatch", **context}
 
 
 def _metadata(name: str, namespace: str | None, recipe: str) -> dict:
@@ -110,6 +177,8 @@ class _Job:
     volumes: list
     mounts: list
     grace_period: int
+    resources: dict
+    run_as_user: int | None
     preflight: bool = False
 
     def preflight_args(self) -> list[str]:
@@ -123,17 +192,15 @@ class _Job:
             return list(command)
         return ["/bin/bash", "-c", f"{shell_join(preflight)} && exec {shell_join(command)}"]
 
-    @property
-    def resources(self) -> dict | None:
-        return {"limits": {"nvidia.com/gpu": self.gpus_per_worker}} if self.gpus_per_worker else None
-
     def pod(self, container: dict, **fields) -> dict:
-        return {"terminationGracePeriodSeconds": self.grace_period, **fields, "containers": [container],
+        return {"terminationGracePeriodSeconds": self.grace_period, **fields,
+                "securityContext": _pod_security(self.run_as_user), "containers": [container],
                 "volumes": self.volumes}
 
 
 def _check_request(kind: str, *, workers: int, gpus_per_worker: int, name: str, namespace: str | None,
-                   image: str, grace_period: int, results: str | None) -> None:
+                   image: str, grace_period: int, results: str | None, run_as_user: int | None,
+                   cpus_per_worker: int, memory_per_worker: str, shm_size: str) -> None:
     if workers < 1 or gpus_per_worker < 0:
         raise LaunchError(f"--workers {workers} / --gpus-per-worker {gpus_per_worker}: need workers >= 1, gpus >= 0")
     if kind == "tfjob" and workers < 2:
@@ -150,12 +217,25 @@ def _check_request(kind: str, *, workers: int, gpus_per_worker: int, name: str, 
         raise LaunchError(f"--grace-period {grace_period} must be 1..86400 seconds")
     if results is None:
         raise LaunchError("--results is needed: a shared PersistentVolumeClaim name or an absolute host path")
+    if run_as_user is not None and kind == "mpijob":
+        raise LaunchError(f"--run-as-user {run_as_user} with --kind mpijob: its pods run as root (sshd and the "
+                          "ssh client need it); the user applies to --kind job and tfjob")
+    if run_as_user is not None and not 1 <= run_as_user <= 2**31 - 1:
+        raise LaunchError(f"--run-as-user {run_as_user} must be a UID from 1 to 2147483647 (0 is root)")
+    if cpus_per_worker < 1:
+        raise LaunchError(f"--cpus-per-worker {cpus_per_worker} must be at least 1")
+    memory, shm = memory_bytes("--memory-per-worker", memory_per_worker), memory_bytes("--shm-size", shm_size)
+    if shm >= memory:
+        raise LaunchError(f"--shm-size {shm_size} must be below --memory-per-worker {memory_per_worker}: /dev/shm "
+                          "is memory and counts against the pod's limit")
 
 
-def _volumes(data: str | None, results: str) -> tuple[list, list]:
+def _volumes(data: str | None, results: str, shm_size: str) -> tuple[list, list]:
     """(volumes, mounts): data read-only at /data, results at /results, and /dev/shm in memory."""
     volumes = [v for v in (volume("data", data, readonly=True), volume("results", results, readonly=False)) if v]
-    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})  # /dev/shm for NCCL and MPI
+    # /dev/shm for NCCL and MPI. Its pages count against the container's memory limit; past
+    # sizeLimit the kubelet evicts the pod, naming the volume.
+    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}})
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
               {"name": "results", "mountPath": CONTAINER_RESULTS_DIR}]
     if data:
@@ -184,11 +264,16 @@ def _mpijob(job: _Job, horovod_runner: str, ssh_auth_mount_path: str) -> list[di
     check = build_launch(job.recipe, "horovod", gpus=job.gpus_per_worker, train_args=job.preflight_args(),
                          horovod_runner=horovod_runner, hostfile="/etc/mpi/hostfile", hostfile_nodes=job.workers,
                          ssh_options=SSH_OPTIONS, module=contract.PREFLIGHT_MODULE)
-    launcher_container = _container("launcher", job.image, job.command(plan.argv, check.argv), env=plan.env)
-    # Host keys may be missing from an image; secrets mounted as .ssh fail sshd's StrictModes.
-    sshd = "ssh-keygen -A && mkdir -p /run/sshd && exec /usr/sbin/sshd -De -o StrictModes=no"
+    launcher_container = _container("launcher", job.image, job.command(plan.argv, check.argv), env=plan.env,
+                                    resources=_resources(LAUNCHER_CPUS, LAUNCHER_MEMORY))
+    # The operator's key Secret is mounted in a world-writable folder, which sshd's StrictModes
+    # refuses: the workers read authorized_keys from a root-only copy. Host keys may be missing from
+    # an image.
+    sshd = (f"install -m 600 {shlex.quote(ssh_auth_mount_path.rstrip('/') + '/authorized_keys')} "
+            f"{MPI_AUTHORIZED_KEYS} && ssh-keygen -A && mkdir -p /run/sshd && "
+            f"exec /usr/sbin/sshd -De -o AuthorizedKeysFile={MPI_AUTHORIZED_KEYS}")
     worker_container = _container("worker", job.image, ["/bin/bash", "-c", sshd], resources=job.resources,
-                                  mounts=job.mounts)
+                                  mounts=job.mounts, capabilities=SSHD_CAPABILITIES)
     return [{
         "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": job.meta,
         "spec": {
@@ -199,7 +284,8 @@ def _mpijob(job: _Job, horovod_runner: str, ssh_auth_mount_path: str) -> list[di
             "sshAuthMountPath": ssh_auth_mount_path,
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
-                             "template": {"spec": {"containers": [launcher_container]}}},
+                             "template": {"spec": {"securityContext": _pod_security(None),
+                                                   "containers": [launcher_container]}}},
                 "Worker": {"replicas": job.workers, "template": {"spec": job.pod(worker_container)}},
             },
         },
@@ -268,7 +354,8 @@ def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | Non
                     train_args=(), horovod_runner: str = "mpirun", grace_period: int = GRACE_PERIOD,
                     ssh_auth_mount_path: str = "/root/.ssh",
                     resolve_timeout: int = int(contract.INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT),
-                    preflight: bool = False) -> list[dict]:
+                    preflight: bool = False, run_as_user: int | None = None, cpus_per_worker: int | None = None,
+                    memory_per_worker: str | None = None, shm_size: str | None = None) -> list[dict]:
     """The Kubernetes objects that run `recipe` on `workers` pods with `gpus_per_worker` GPUs each.
 
     `preflight`: every container that starts train.py first runs `python -m common.preflight` with
@@ -278,14 +365,29 @@ def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | Non
     `data` and `results` are PersistentVolumeClaim names or absolute host paths; the data volume is
     mounted read-only at /data, the results volume at /results, and the job writes to
     /results/<name>. The results volume must be shared by all pods (ReadWriteMany) for --resume.
+    A host path is refused for / and the node's system folders (SYSTEM_FOLDERS), and makes a pod
+    meet no Pod Security profile; PersistentVolumeClaims keep the multiworker pods "restricted".
+
+    `run_as_user` (default RUN_AS_USER) is the UID, GID and fsGroup of the job and tfjob pods; the
+    MPIJob's run as root. Each worker pod requests `cpus_per_worker` CPUs and `memory_per_worker`
+    (default CPUS_PER_GPU and MEMORY_PER_GPU_GI per GPU, at least one GPU's worth) with equal limits;
+    `shm_size` bounds /dev/shm (default SHM_PER_GPU_GI per GPU) and must be below the memory.
     """
     launcher, kind = kind_for(launcher, kind)
     name = name or f"{recipe}-{launcher}"
+    per_gpu = max(gpus_per_worker, 1)
+    cpus_per_worker = CPUS_PER_GPU * per_gpu if cpus_per_worker is None else cpus_per_worker
+    memory_per_worker = memory_per_worker or f"{MEMORY_PER_GPU_GI * per_gpu}Gi"
+    shm_size = shm_size or f"{SHM_PER_GPU_GI * per_gpu}Gi"
     _check_request(kind, workers=workers, gpus_per_worker=gpus_per_worker, name=name, namespace=namespace,
-                   image=image, grace_period=grace_period, results=results)
-    volumes, mounts = _volumes(data, results)
+                   image=image, grace_period=grace_period, results=results, run_as_user=run_as_user,
+                   cpus_per_worker=cpus_per_worker, memory_per_worker=memory_per_worker, shm_size=shm_size)
+    if kind != "mpijob" and run_as_user is None:
+        run_as_user = RUN_AS_USER
+    volumes, mounts = _volumes(data, results, shm_size)
     job = _Job(recipe, name, _metadata(name, namespace, recipe), image, workers, gpus_per_worker,
-               _train_args(train_args, name, data), volumes, mounts, grace_period, preflight)
+               _train_args(train_args, name, data), volumes, mounts, grace_period,
+               _resources(cpus_per_worker, memory_per_worker, gpus_per_worker), run_as_user, preflight)
     if kind == "mpijob":
         return _mpijob(job, horovod_runner, ssh_auth_mount_path)
     if kind == "tfjob":

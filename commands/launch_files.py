@@ -56,12 +56,15 @@ def _k8s_file(recipe: str, kind: str) -> str:
     args = ["k8s", recipe, "--kind", kind, "--workers", str(NODES), "--gpus-per-worker", str(GPUS),
             "--image", image, "--data", f"{recipe}-data", "--results", "tf-recipes-results"]
     edit = ("image (push it to a registry the cluster pulls from), the data and results volumes "
-            "(PersistentVolumeClaims; results must be ReadWriteMany), metadata.name for a new run.")
+            "(PersistentVolumeClaims; results must be ReadWriteMany), each pod's cpu and memory to fit the nodes, "
+            "metadata.name for a new run.")
     needs = {"mpijob": "the MPI Operator (v0.8)", "tfjob": "the Training Operator v1.9",
              "job": "no operator: kubectl apply -f THIS_FILE"}[kind]
     documents = k8s.build_manifests(recipe, kind=kind, workers=NODES, gpus_per_worker=GPUS, image=image,
                                     data=f"{recipe}-data", results="tf-recipes-results")
-    return k8s.render_yaml(documents, _header(_generated(args, edit) + [f"Needs {needs}."]))
+    profile = {"mpijob": '"baseline" (they run as root, for ssh)', "tfjob": '"restricted"', "job": '"restricted"'}[kind]
+    return k8s.render_yaml(documents, _header(_generated(args, edit) + [
+        f"Needs {needs}. Its pods meet the Pod Security profile {profile}: docs/security.md."]))
 
 
 def _docker_file(recipe: str) -> str:

@@ -66,8 +66,15 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
         "workers": "pods (MPI workers, TF workers)",
         "gpus-per-worker": "GPUs of each pod; 0 runs on CPUs",
         "image": "image the pods run (default tf-recipes/RECIPE:ngc; push it to a registry the cluster reaches)",
-        "data": "dataset volume: a PersistentVolumeClaim name or an absolute host path (mounted read-only at /data)",
+        "data": "dataset volume: a PersistentVolumeClaim name or an absolute host path (mounted read-only at /data; "
+                "a host path keeps the pods out of every Pod Security profile)",
         "results": "results volume, shared by all pods: a PersistentVolumeClaim name or an absolute host path",
+        "run-as-user": f"with job and tfjob: UID, GID and fsGroup of the pods (default {k8s.RUN_AS_USER}; "
+                       "the MPIJob's pods run as root)",
+        "cpus-per-worker": f"CPUs each worker pod requests, and its limit (default {k8s.CPUS_PER_GPU} per GPU)",
+        "memory-per-worker": f"memory each worker pod requests, and its limit, as 256Gi or 512Mi "
+                             f"(default {k8s.MEMORY_PER_GPU_GI}Gi per GPU)",
+        "shm-size": f"size limit of /dev/shm, counted in the memory (default {k8s.SHM_PER_GPU_GI}Gi per GPU)",
         "namespace": "namespace of every object (default: kubectl's current one)",
         "name": "job name (default RECIPE-LAUNCHER); results go to /results/NAME",
         "horovod-runner": "with mpijob: mpirun (default) | horovodrun",
@@ -79,7 +86,8 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
 )
 def k8s_manifests(c, recipe, launcher=None, kind=None, workers="2", gpus_per_worker="8", image=None, data=None,
                   results="tf-recipes-results", namespace=None, name=None, horovod_runner="mpirun",
-                  grace_period=str(k8s.GRACE_PERIOD), preflight=False, out=None, dry=False):
+                  grace_period=str(k8s.GRACE_PERIOD), run_as_user=None, cpus_per_worker=None, memory_per_worker=None,
+                  shm_size=None, preflight=False, out=None, dry=False):
     """Render Kubernetes manifests that run RECIPE; arguments after -- go to train.py."""
     try:
         host.check_recipe(recipe, "k8s")
@@ -88,7 +96,11 @@ def k8s_manifests(c, recipe, launcher=None, kind=None, workers="2", gpus_per_wor
             gpus_per_worker=launch.parse_count("--gpus-per-worker", gpus_per_worker),
             image=image or host.image_tag(c, recipe, "ngc"), data=data, results=results, namespace=namespace,
             name=name, train_args=shlex.split(c.remainder or ""), horovod_runner=horovod_runner,
-            grace_period=launch.parse_count("--grace-period", grace_period), preflight=preflight)
+            grace_period=launch.parse_count("--grace-period", grace_period),
+            run_as_user=None if run_as_user is None else launch.parse_count("--run-as-user", run_as_user),
+            cpus_per_worker=(None if cpus_per_worker is None
+                             else launch.parse_count("--cpus-per-worker", cpus_per_worker)),
+            memory_per_worker=memory_per_worker, shm_size=shm_size, preflight=preflight)
     except launch.LaunchError as error:
         host.fail(str(error))
     host.write_or_print(k8s.render_yaml(documents), out, dry, f"apply with: kubectl apply -f {out}")

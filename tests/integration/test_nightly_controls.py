@@ -170,6 +170,6 @@ def test_the_gpu_tier_fails_at_once_on_a_machine_without_gpus_saying_why(tmp_pat
     lines = process.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in process.stderr, process.stderr
     assert lines[0].startswith("error: tier gpu ran nothing: none of its ")
-    assert "(no GPU (nvidia-smi lists none); no NGC base image)" in lines[0]
+    assert "(no GPU (nvidia-smi lists none); no NGC base image; no TensorFlow GPU image)" in lines[0]
     assert "needs 1 GPU(s); this machine has 0" in lines[0]
     assert not (tmp_path / "out").exists()  # nothing built, nothing run, no report

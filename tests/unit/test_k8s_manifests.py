@@ -5,6 +5,10 @@ tests/k8s/crds/; built-in kinds (Job, Service) with kubernetes-validate. An API 
 fields instead of rejecting them, so a misspelled field would pass a plain schema check: every object
 schema with `properties` (and no x-kubernetes-preserve-unknown-fields) gets additionalProperties:
 false first. Each kind also has negative tests: a misspelled field and a wrong type must fail.
+
+Every pod is also held to the Pod Security profile it claims (tests/pod_security.py): "restricted" for
+the Indexed Job's and the TFJob's pods on PersistentVolumeClaims, "baseline" for the MPIJob's, which
+run as root for ssh.
 """
 import copy
 import functools
@@ -15,9 +19,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from commands.k8s import KINDS, build_manifests, render_yaml
+from commands.k8s import KINDS, MPI_AUTHORIZED_KEYS, SSHD_CAPABILITIES, build_manifests, render_yaml
 from commands.launch import LaunchError
 from helpers import REPO, run_invoke
+from pod_security import pod_templates, violations
 
 CRDS = REPO / "tests" / "k8s" / "crds"
 CRD_FILES = {("kubeflow.org/v2beta1", "MPIJob"): "kubeflow.org_mpijobs.yaml",
@@ -115,6 +120,12 @@ NEGATIVE = {  # kind: (document index, a field to misspell, a field to give a wr
     "Service": ("job", 0, ["spec", "publishNotReadyAddresses"], ["spec", "ports", 0, "port"]),
     "Job": ("job", 1, ["spec", "completionMode"], ["spec", "completions"]),
     "Job pod": ("job", 1, POD + ["subdomain"], POD + ["terminationGracePeriodSeconds"]),
+    "Job pod security": ("job", 1, POD + ["securityContext", "runAsNonRoot"], POD + ["securityContext", "runAsUser"]),
+    "TFJob container security": ("tfjob", 0, TF_WORKER + POD[1:] + ["containers", 0, "securityContext",
+                                                                    "allowPrivilegeEscalation"],
+                                 TF_WORKER + POD[1:] + ["securityContext", "fsGroup"]),
+    "MPIJob worker resources": ("mpijob", 0, MPI_WORKER + POD[1:] + ["containers", 0, "resources", "requests"],
+                                MPI_WORKER + POD[1:] + ["containers", 0, "securityContext", "capabilities"]),
 }
 
 
@@ -158,7 +169,7 @@ def test_mpijob_runs_mpirun_over_every_slot_and_frees_gpus():
     worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert "sshd -De" in worker["containers"][0]["command"][-1]
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in worker["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in worker["volumes"]
     assert worker["terminationGracePeriodSeconds"] >= 60
 
 
@@ -226,3 +237,177 @@ def test_the_indexed_job_is_the_recommended_multiworker_kind_and_tfjob_is_marked
     assert "recommended for multiworker" in docs and "kubernetes-sigs/kueue#12620" in docs
     tfjob_row = next(line for line in docs.splitlines() if line.startswith("| `tfjob`"))
     assert "no longer maintained" in tfjob_row
+
+
+# -- what the pods may do -----------------------------------------------------------------------------
+
+# (kind, pod role): the Pod Security profile the pod meets with PersistentVolumeClaim volumes.
+CLAIMS = {("job", "pod"): "restricted", ("tfjob", "Worker"): "restricted",
+          ("mpijob", "Launcher"): "baseline", ("mpijob", "Worker"): "baseline"}
+# What keeps the MPIJob's pods from "restricted": root (ssh), and the workers' four capabilities for sshd.
+ROOT = "containers[{}]: runAsNonRoot must be true, in the pod's or the container's securityContext (restricted)"
+MPI_SHORT_OF_RESTRICTED = {
+    "Launcher": [ROOT.format("launcher")],
+    "Worker": [ROOT.format("worker"),
+               "containers[worker].securityContext.capabilities.add: ['SETGID', 'SETUID', 'SYS_CHROOT'] are not "
+               "allowed; at most NET_BIND_SERVICE (restricted)"],
+}
+
+
+def pods(documents) -> dict:
+    """{(kind, role): pod template} of every pod the documents make."""
+    kinds = {"MPIJob": "mpijob", "TFJob": "tfjob", "Job": "job"}
+    return {(kinds[d["kind"]], role): template for d in documents for role, template in pod_templates(d).items()}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_pod_meets_the_profile_it_claims(recipe, kind):
+    found = pods(manifests(recipe, kind, results="tf-recipes-results"))
+    assert set(found) == {key for key in CLAIMS if key[0] == kind}
+    for (_, role), template in found.items():
+        assert violations(template, CLAIMS[kind, role]) == [], role
+        if CLAIMS[kind, role] == "baseline":
+            assert violations(template, "restricted") == MPI_SHORT_OF_RESTRICTED[role]
+
+
+def test_the_multiworker_pods_run_as_the_given_user():
+    for kind in ("job", "tfjob"):
+        (template,) = pods(manifests("mnist-cnn", kind)).values()
+        context = template["spec"]["securityContext"]
+        assert (context["runAsUser"], context["runAsGroup"], context["fsGroup"]) == (1000, 1000, 1000)
+        assert context["runAsNonRoot"] is True
+        (template,) = pods(manifests("mnist-cnn", kind, run_as_user=4242)).values()
+        assert template["spec"]["securityContext"]["runAsUser"] == 4242
+        assert violations(template, "restricted") == []
+    with pytest.raises(LaunchError, match="--run-as-user 0 must be a UID from 1"):
+        manifests("mnist-cnn", "job", run_as_user=0)
+    with pytest.raises(LaunchError, match="--run-as-user 1000 with --kind mpijob: its pods run as root"):
+        manifests("mnist-cnn", "mpijob", run_as_user=1000)
+
+
+def test_a_host_path_keeps_a_pod_out_of_every_profile():
+    (template,) = pods(manifests("mnist-cnn", "job", results="/srv/results")).values()
+    for profile in ("baseline", "restricted"):
+        assert violations(template, profile) == ["volumes[results]: hostPath volumes are not allowed (/srv/results)"]
+
+
+def test_mpijob_workers_run_sshd_with_strict_modes_and_four_capabilities():
+    (job,) = manifests("mnist-cnn", "mpijob")
+    command = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"][-1]
+    assert "StrictModes" not in command  # sshd's default, yes: it checks the keys' owner and modes
+    # The Secret's folder is world-writable, so sshd reads a root-only copy of authorized_keys.
+    keys = f"{job['spec']['sshAuthMountPath']}/authorized_keys"
+    assert command.startswith(f"install -m 600 {keys} {MPI_AUTHORIZED_KEYS} && ")
+    assert command.endswith(f"exec /usr/sbin/sshd -De -o AuthorizedKeysFile={MPI_AUTHORIZED_KEYS}")
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["securityContext"] == {"allowPrivilegeEscalation": False,
+                                         "capabilities": {"drop": ["ALL"], "add": SSHD_CAPABILITIES}}
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_container_requests_cpu_and_memory_with_equal_limits(kind):
+    for (_, role), template in pods(manifests("cityscapes-unet", kind, gpus_per_worker=8)).items():
+        (container,) = template["spec"]["containers"]
+        resources = container["resources"]
+        assert set(resources["requests"]) == {"cpu", "memory"}, role
+        assert {k: v for k, v in resources["limits"].items() if k != "nvidia.com/gpu"} == resources["requests"]
+        expected = {"cpu": "1", "memory": "2Gi"} if role == "Launcher" else {"cpu": "48", "memory": "256Gi"}
+        assert resources["requests"] == expected, role  # defaults: 6 CPUs and 32Gi per GPU
+
+
+def test_cpu_memory_and_shm_follow_the_gpus_and_the_flags():
+    def worker(**kwargs):
+        (template,) = pods(manifests("mnist-cnn", "job", **kwargs)).values()
+        spec = template["spec"]
+        shm = next(v["emptyDir"] for v in spec["volumes"] if v["name"] == "dshm")
+        return spec["containers"][0]["resources"]["requests"], shm
+
+    assert worker() == ({"cpu": "48", "memory": "256Gi"}, {"medium": "Memory", "sizeLimit": "8Gi"})
+    assert worker(gpus_per_worker=0) == ({"cpu": "6", "memory": "32Gi"}, {"medium": "Memory", "sizeLimit": "1Gi"})
+    assert worker(cpus_per_worker=16, memory_per_worker="100Gi", shm_size="512Mi") == \
+        ({"cpu": "16", "memory": "100Gi"}, {"medium": "Memory", "sizeLimit": "512Mi"})
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(memory_per_worker="100GB"), "--memory-per-worker '100GB' must be a whole number with Mi, Gi or Ti"),
+    (dict(shm_size="1.5Gi"), "--shm-size '1.5Gi' must be a whole number"),
+    (dict(memory_per_worker="8Gi", shm_size="8Gi"), "--shm-size 8Gi must be below --memory-per-worker 8Gi"),
+    (dict(cpus_per_worker=0), "--cpus-per-worker 0 must be at least 1"),
+])
+def test_impossible_resources_name_the_value(kwargs, message):
+    with pytest.raises(LaunchError, match=message):
+        manifests("mnist-cnn", "job", **kwargs)
+
+
+SYSTEM_PATHS = ["/", "/etc", "/etc/kubernetes", "/proc", "/sys", "/dev", "/var/run", "/run/containerd", "/root",
+                "/boot", "/usr", "/usr/lib", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+                "/var/lib/kubelet/pods", "/var/lib/containerd", "/var/lib/docker", "//etc", "/srv/../etc/", "/srv/.."]
+
+
+@pytest.mark.parametrize("path", SYSTEM_PATHS)
+@pytest.mark.parametrize("volume", ["data", "results"])
+def test_system_folders_are_refused_as_host_paths(volume, path):
+    with pytest.raises(LaunchError) as error:
+        build_manifests("mnist-cnn", kind="job", image="img", **{volume: path})
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"--{volume} {path!r} is ")
+    assert "PersistentVolumeClaim" in message
+
+
+def test_other_host_paths_are_normalised_and_the_data_stays_read_only():
+    (template,) = pods(build_manifests("mnist-cnn", kind="job", image="img", data="/srv//mnist/",
+                                       results="/library/results")).values()
+    spec = template["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["data"]["hostPath"] == {"path": "/srv/mnist", "type": "Directory"}
+    assert volumes["results"]["hostPath"] == {"path": "/library/results", "type": "DirectoryOrCreate"}
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["data"]["readOnly"] is True and "readOnly" not in mounts["results"]
+    (template,) = pods(manifests("mnist-cnn", "job")).values()
+    claim = next(v for v in template["spec"]["volumes"] if v["name"] == "data")["persistentVolumeClaim"]
+    assert claim == {"claimName": "mnist-cnn-data", "readOnly": True}
+
+
+def test_invoke_k8s_takes_the_pod_flags_and_refuses_a_system_folder_in_one_line():
+    process = run_invoke("k8s", "mnist-cnn", "--kind", "tfjob", "--run-as-user", "4242", "--cpus-per-worker", "16",
+                         "--memory-per-worker", "100Gi", "--shm-size", "4Gi")
+    assert process.returncode == 0, process.stderr
+    (document,) = yaml.safe_load_all(process.stdout)
+    assert errors(document) == []
+    spec = document["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert spec["securityContext"]["runAsUser"] == 4242
+    assert spec["containers"][0]["resources"]["requests"] == {"cpu": "16", "memory": "100Gi"}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "4Gi"}} in spec["volumes"]
+    refused = run_invoke("k8s", "mnist-cnn", "--results", "/")
+    assert refused.returncode == 2 and refused.stdout == "" and "Traceback" not in refused.stderr
+    assert refused.stderr.splitlines() == [
+        "error: --results '/' is the node's root folder, which a pod must not mount: give a PersistentVolumeClaim "
+        "name, or a folder of the job's own such as /srv/results"]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_the_launch_files_meet_the_profile_their_header_names(recipe):
+    for name in ("k8s-mpijob.yaml", "k8s-tfjob.yaml", "k8s-indexed-job.yaml"):
+        text = (REPO / "recipes" / recipe / "launch" / name).read_text()
+        (profile,) = {p for p in ("baseline", "restricted") if f'Pod Security profile "{p}"' in text}
+        templates = [t for d in yaml.safe_load_all(text) for t in pod_templates(d).values()]
+        assert templates and all(violations(t, profile) == [] for t in templates), name
+
+
+def test_the_security_doc_names_each_pods_profile_and_the_defaults():
+    from commands import k8s
+
+    text = (REPO / "docs" / "security.md").read_text()
+    rows = {cells[1].strip(): cells[2].strip(" *") for cells in (line.split("|") for line in text.splitlines())
+            if len(cells) > 3 and cells[2].strip(" *") in ("baseline", "restricted")}
+    named = {"Indexed Job (`--kind job`) worker": ("job", "pod"), "TFJob worker": ("tfjob", "Worker"),
+             "MPIJob launcher": ("mpijob", "Launcher"), "MPIJob worker": ("mpijob", "Worker")}
+    assert {named[row]: profile for row, profile in rows.items()} == CLAIMS
+    for words in (f"fsGroup` {k8s.RUN_AS_USER}", f"default {k8s.CPUS_PER_GPU} per GPU",
+                  f"default {k8s.MEMORY_PER_GPU_GI}Gi per GPU", f"default {k8s.SHM_PER_GPU_GI}Gi per GPU",
+                  f"{k8s.LAUNCHER_CPUS} CPU and {k8s.LAUNCHER_MEMORY}", ", ".join(f"`{c}`" for c in ["NET_BIND_SERVICE",
+                  "SETUID", "SETGID"]) + " and `SYS_CHROOT`"):
+        assert words in " ".join(text.split()), words
