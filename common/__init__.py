@@ -8,6 +8,8 @@ so the recipes stay plain.
 - `training`: the one training loop (steps per call, checkpoints, resume, stop, results);
 - `data`: sharding and the global order of examples, the same under every launcher;
 - `image_folder`: `--data-format image-folder`, a folder of class-named subfolders of photos;
+- `atomic`: writes that survive a crash (temporary file, fsync, rename, fsync of the folder);
+  imports no project module;
 - `results`: throughput, versions, the desync guard and results.json;
 - `stopping`: stop signals, the stop marker, passing signals on to children;
 - `spawn`: N local worker processes with their TF_CONFIG (`python -m common.spawn`);

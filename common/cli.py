@@ -130,6 +130,8 @@ def run_main(main) -> None:
     except contract.DesyncError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(contract.EXIT_DESYNC)
+    except contract.RunFinished:  # the chief has said so; a requeued job or recreated pod ends cleanly
+        sys.exit(contract.EXIT_DONE)
     except contract.StopRequested as stop:
         print(str(stop), file=sys.stderr, flush=True)
         sys.exit(contract.EXIT_STOPPED)

@@ -94,6 +94,10 @@ class StopRequested(Exception):
         self.step = step
 
 
+class RunFinished(Exception):
+    """--resume of a run that already finished: nothing is trained or written, exit EXIT_DONE."""
+
+
 # TensorFlow errors (tf.errors.<name>) a collective raises when a peer died or froze: EXIT_CLUSTER.
 PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError")
 # Horovod's ranks also report a lost peer with these.

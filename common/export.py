@@ -25,6 +25,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from common.atomic import fsync_directory, fsync_tree, write_atomically
 from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
                              EXPORT_VERSION, class_name_problem)
 from common.data import DataError
@@ -72,30 +73,31 @@ def write_export(folder, model, *, recipe, task, class_names, image_size, channe
     serve = serving_function(model, task, tuple(image_size), channels, to_model)
     archive.add_endpoint("serve", serve)  # "serve" is also written as the serving_default signature
     archive.write_out(os.path.join(folder, EXPORT_VERSION), verbose=False)
-    with open(os.path.join(folder, EXPORT_LABELS_FILE), "w") as handle:
-        handle.writelines(f"{name}\n" for name in class_names)
+    write_atomically(os.path.join(folder, EXPORT_LABELS_FILE), "".join(f"{name}\n" for name in class_names))
     outputs = ["probabilities", "class_id"] if task == CLASSIFICATION else ["class_ids", "probabilities"]
     info = {"recipe": recipe, "task": task, "image_size": list(image_size), "channels": channels,
             "input": EXPORT_INPUT, "outputs": outputs}
-    with open(os.path.join(folder, EXPORT_INFO_FILE), "w") as handle:
-        json.dump(info, handle, indent=1)
+    write_atomically(os.path.join(folder, EXPORT_INFO_FILE), json.dumps(info, indent=1))
     if task == SEGMENTATION:
         classes = [{"id": i, "name": name, "colour": list(colour)}
                    for i, (name, colour) in enumerate(zip(class_names, palette, strict=True))]
-        with open(os.path.join(folder, EXPORT_CLASSES_FILE), "w") as handle:
-            json.dump(classes, handle, indent=1)
+        write_atomically(os.path.join(folder, EXPORT_CLASSES_FILE), json.dumps(classes, indent=1))
 
 
 def publish(results_dir, write) -> str:
-    """Run write(temporary folder) beside RESULTS/export, then put it in place by renaming."""
+    """Run write(temporary folder) beside RESULTS/export, then put it in place by renaming: its files
+    are on disk (fsync_tree) before the rename and the rename after it (fsync of RESULTS), so that a
+    crash never leaves an export with empty or zeroed files."""
     final = os.path.join(results_dir, EXPORT_DIR)
     temporary = tempfile.mkdtemp(prefix=f".{EXPORT_DIR}-", dir=results_dir)
     try:
         folder = os.path.join(temporary, EXPORT_DIR)
         write(folder)
+        fsync_tree(folder)
         if os.path.exists(final):  # a resumed run replaces the export of the earlier one
             os.rename(final, os.path.join(temporary, "previous"))
         os.rename(folder, final)
+        fsync_directory(results_dir)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return final

@@ -8,21 +8,33 @@ training code, and sends the files' bytes in batches to the serving_default sign
   NAME keeps the subfolders of a folder --input)
   and OUT/NAME.json (the fraction of the pixels of each class).
 
-Every file is written to a temporary name and renamed. A file that cannot be decoded is named on one
-line of stderr and skipped; at the end the run exits 2 and says how many were skipped.
+Output never lands on input. Before anything is written (and before the model is loaded) the run is
+refused with one line, exit 2, when --out and --input overlap (symlinks resolved, each input file
+included), when two inputs would be written to the same output (segmentation: a.jpg and a.png are both
+OUT/a.png), or when --out already holds files that no predict run wrote: a run leaves PREDICT_MARKER in
+--out, and only a folder that is missing, empty or holds that marker is written to.
+
+Every file is written to a temporary name and renamed. predictions.csv is built as
+predictions.csv.partial, its rows appended and flushed as each batch finishes, and renamed at the end:
+a run stopped by an unexpected error keeps the rows done so far there. A file that cannot be read
+(permissions, a broken symlink, an empty file, bytes TensorFlow cannot decode) is named on one line of
+stderr and skipped; at the end the run exits 2 and says how many were skipped.
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import os
 import sys
-import tempfile
 
+from common.atomic import write_atomically
 from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
                              EXPORT_SIGNATURE, EXPORT_VERSION, PREDICTIONS_FILE, UserError)
+
+
+PREDICT_MARKER = ".tf-recipes-predict"  # in --out: a predict run wrote here, a later run may write again
+PARTIAL_SUFFIX = ".partial"  # predictions.csv while it is being written
 
 
 class PredictError(UserError):
@@ -63,16 +75,50 @@ def list_inputs(path: str) -> list[str]:
     return files
 
 
-def replace_file(path: str, write) -> None:
-    """write(handle) into a temporary file beside `path`, then rename it to `path`."""
-    handle, temporary = tempfile.mkstemp(prefix=".", suffix=".part", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            write(stream)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+def inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def output_stem(args, path: str) -> str:
+    """Segmentation: OUT/STEM.png and OUT/STEM.json for this input (subfolders of a folder --input kept)."""
+    name = os.path.relpath(path, args.input) if os.path.isdir(args.input) else os.path.basename(path)
+    return os.path.splitext(name)[0]
+
+
+def check_paths(args, files: list[str], task: str) -> None:
+    """Refuse, before anything is written, a run whose outputs could land on its inputs or on other files."""
+    out, given = os.path.realpath(args.out), os.path.realpath(args.input)
+    if inside(out, given) or inside(given, out):
+        raise PredictError(f"--out {args.out} and --input {args.input} overlap ({out} and {given}): the predictions "
+                           "would be written among the inputs; choose an --out outside --input")
+    for path in files:
+        if inside(os.path.realpath(path), out):
+            raise PredictError(f"--input file {path} is inside --out {args.out} (as {os.path.realpath(path)}): "
+                               "choose an --out outside the inputs")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise PredictError(f"--out {args.out} is a file, not a folder")
+    if os.path.isdir(args.out):
+        present = sorted(os.listdir(args.out))
+        if present and PREDICT_MARKER not in present:
+            raise PredictError(f"--out {args.out} already holds files no predict run wrote (such as {present[0]}): "
+                               "choose a new or empty folder")
+    if task == "segmentation":
+        owners = {}
+        for path in files:
+            stem = output_stem(args, path)
+            if stem in owners:
+                raise PredictError(f"--input files {owners[stem]} and {path} would both be written as "
+                                   f"{os.path.join(args.out, stem)}.png and .json: rename one of them")
+            owners[stem] = path
+        for stem, path in owners.items():  # OUT/a.png written for a.jpg, and a folder a.png/ of inputs
+            parent = os.path.dirname(stem)
+            while parent:
+                for suffix in (".png", ".json"):
+                    if parent.endswith(suffix) and parent[:-len(suffix)] in owners:
+                        raise PredictError(f"--input files {owners[parent[:-len(suffix)]]} and {path} would be "
+                                           f"written as a file and into a folder both named "
+                                           f"{os.path.join(args.out, parent)}: rename one of them")
+                parent = os.path.dirname(parent)
 
 
 class Export:
@@ -98,24 +144,49 @@ class Export:
         return {name: value.numpy() for name, value in outputs.items()}
 
 
-def predict_batch(model: Export, files: list[str], unreadable: list[str]):
-    """(files, outputs) for the readable files of the batch; the others are named and added to `unreadable`."""
-    blobs = [open(path, "rb").read() for path in files]
+def skip(path: str, why: str, unreadable: list[str]) -> None:
+    print(f"unreadable: {path} ({why})", file=sys.stderr, flush=True)
+    unreadable.append(path)
+
+
+def read_input(path: str, unreadable: list[str]):
+    """The bytes of one input file, or None once it is named as unreadable."""
     try:
-        return files, model(blobs)
-    except model.tf.errors.InvalidArgumentError:
-        pass
+        with open(path, "rb") as handle:
+            blob = handle.read()
+    except OSError as error:  # permissions, a broken symlink, a folder, a file gone since it was listed
+        skip(path, f"cannot be read: {error.strerror or type(error).__name__}", unreadable)
+        return None
+    if not blob:
+        skip(path, "an empty file", unreadable)
+        return None
+    return blob
+
+
+def predict_batch(model: Export, files: list[str], unreadable: list[str]):
+    """(files, their bytes, outputs) for the readable files of the batch; the others are named and added to
+    `unreadable`. The bytes are read once: what is predicted is what a segmentation overlay is drawn on."""
+    tf = model.tf
+    read = [(path, blob) for path in files if (blob := read_input(path, unreadable)) is not None]
+    if read:
+        try:
+            return [path for path, _ in read], [blob for _, blob in read], model([blob for _, blob in read])
+        except tf.errors.ResourceExhaustedError:
+            raise  # out of memory: not the inputs' fault
+        except tf.errors.OpError:
+            pass
     good = []
-    for path, blob in zip(files, blobs):  # one at a time, to name the files that fail
+    for path, blob in read:  # one at a time, to name the files that fail
         try:
             model([blob])
-            good.append(path)
-        except model.tf.errors.InvalidArgumentError:
-            print(f"unreadable: {path} (not an image file TensorFlow can decode)", file=sys.stderr, flush=True)
-            unreadable.append(path)
+            good.append((path, blob))
+        except tf.errors.ResourceExhaustedError:
+            raise
+        except tf.errors.OpError:
+            skip(path, "not an image file TensorFlow can decode", unreadable)
     if not good:
-        return [], None
-    return good, model([open(path, "rb").read() for path in good])
+        return [], [], None
+    return [path for path, _ in good], [blob for _, blob in good], model([blob for _, blob in good])
 
 
 def classification_rows(model: Export, files: list[str], outputs: dict, top_k: int) -> list[list]:
@@ -127,48 +198,64 @@ def classification_rows(model: Export, files: list[str], outputs: dict, top_k: i
     return rows
 
 
-def write_segmentation(model: Export, path: str, class_ids, out: str, name: str) -> None:
+def write_segmentation(model: Export, path: str, blob: bytes, class_ids, out: str, stem: str) -> None:
     import numpy as np
 
     tf = model.tf
-    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    image = tf.io.decode_image(blob, channels=3, expand_animations=False)
     image = tf.cast(tf.round(tf.image.resize(image, model.info["image_size"])), tf.uint8).numpy()
     colours = np.asarray(model.colours, np.uint8)[class_ids]
     overlay = ((image.astype(np.uint16) + colours) // 2).astype(np.uint8)
-    stem = os.path.join(out, os.path.splitext(name)[0])  # subfolders of --input are kept: no name clashes
+    stem = os.path.join(out, stem)  # subfolders of --input are kept; check_paths refused clashing names
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     png = tf.io.encode_png(overlay).numpy()
-    replace_file(f"{stem}.png", lambda stream: stream.write(png))
+    write_atomically(f"{stem}.png", png)
     counts = np.bincount(class_ids.ravel(), minlength=len(model.class_names)) / class_ids.size
     areas = {"file": path, "size": list(class_ids.shape),
              "class_fractions": {name: float(counts[i]) for i, name in enumerate(model.class_names)}}
-    replace_file(f"{stem}.json", lambda stream: stream.write(json.dumps(areas, indent=1).encode()))
+    write_atomically(f"{stem}.json", json.dumps(areas, indent=1))
 
 
 def run(args, task: str) -> None:
     if args.batch_size < 1 or args.top_k < 1:
         raise PredictError("--batch-size and --top-k must be at least 1")
     files = list_inputs(args.input)
+    check_paths(args, files, task)
     model = Export(args.model)
     if model.info["task"] != task:
         raise PredictError(f"--model {model.path} is a {model.info['task']} model of {model.info['recipe']}, "
                            f"not a {task} model: use that recipe's predict.py")
     os.makedirs(args.out, exist_ok=True)
-    rows, unreadable = [], []
-    for start in range(0, len(files), args.batch_size):
-        batch, outputs = predict_batch(model, files[start:start + args.batch_size], unreadable)
-        if task == "classification" and batch:
-            rows += classification_rows(model, batch, outputs, args.top_k)
-        for path, class_ids in zip(batch, outputs["class_ids"] if task == "segmentation" and batch else []):
-            name = os.path.relpath(path, args.input) if os.path.isdir(args.input) else os.path.basename(path)
-            write_segmentation(model, path, class_ids, args.out, name)
-        print(f"predict: {min(start + args.batch_size, len(files))}/{len(files)} files", flush=True)
-    if task == "classification":
-        text = io.StringIO()
-        writer = csv.writer(text)
-        writer.writerow(["file", "class", "probability", f"top_{args.top_k}"])
-        writer.writerows(rows)
-        replace_file(os.path.join(args.out, PREDICTIONS_FILE), lambda stream: stream.write(text.getvalue().encode()))
+    with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
+        handle.write("written by common/predicting.py: a later predict run may write here again\n")
+    unreadable, table, done = [], None, 0
+    final = os.path.join(args.out, PREDICTIONS_FILE)
+    partial = final + PARTIAL_SUFFIX
+    try:
+        if task == "classification":
+            table = open(partial, "w", newline="")
+            writer = csv.writer(table)
+            writer.writerow(["file", "class", "probability", f"top_{args.top_k}"])
+            table.flush()
+        for start in range(0, len(files), args.batch_size):
+            batch, blobs, outputs = predict_batch(model, files[start:start + args.batch_size], unreadable)
+            if task == "classification" and batch:
+                writer.writerows(classification_rows(model, batch, outputs, args.top_k))
+                table.flush()  # the rows of every finished batch survive a later failure
+            for path, blob, class_ids in zip(batch, blobs, outputs["class_ids"] if task == "segmentation" and batch
+                                             else []):
+                write_segmentation(model, path, blob, class_ids, args.out, output_stem(args, path))
+            done += len(batch)
+            print(f"predict: {min(start + args.batch_size, len(files))}/{len(files)} files", flush=True)
+        if table is not None:
+            table.close()
+            os.replace(partial, final)
+    except BaseException:
+        if table is not None:
+            table.close()
+            print(f"predict: stopped; the predictions of the {done} files done are in {partial}",
+                  file=sys.stderr, flush=True)
+        raise
     print(f"predictions: {args.out} ({len(files) - len(unreadable)} of {len(files)} files)", flush=True)
     if unreadable:
         raise PredictError(f"{len(unreadable)} of {len(files)} input files could not be read (named above); "

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 
 import numpy as np
 
+from common.atomic import atomic_file
 from common.contract import DesyncError
 
 
@@ -56,13 +56,9 @@ def versions() -> dict:
 
 
 def write_json(path: str, data: dict) -> None:
-    """Write atomically: a reader sees the old file or the whole new one, never half of it."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as handle:
+    """Write atomically and durably: a reader sees the old file or the whole new one, never half of
+    it, also after a crash."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_file(path, "w") as handle:
         json.dump(data, handle, indent=2)
         handle.write("\n")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(handle.name, 0o666 & ~umask)  # a temporary file is private; results are not
-    os.replace(handle.name, path)

@@ -32,7 +32,7 @@ from common.data import DataError, steps_per_epoch
 from common.launchers import Launcher
 from common.results import check_in_sync, throughput, versions, write_json
 from common.contract import (FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, ClusterError, DiskFullError,
-                             StopRequested, UserError)
+                             RunFinished, StopRequested, UserError)
 from common.stopping import StopFlag, peer_error_summary, stopped_marker
 
 
@@ -163,6 +163,7 @@ class Trainer:
             self.total_steps = min(self.total_steps, self.max_steps)
         self.start_step = 0
         self.checkpoint_dir = os.path.join(self.results_dir, "checkpoints")
+        self._check_resume_target()
         # SIGTERM/SIGUSR1 from here on stop the job after a step, with a checkpoint (common.stopping).
         # The launcher exists already, so TensorFlow's own SIGTERM handler is not installed over ours.
         self.stop_flag = StopFlag().install()
@@ -188,8 +189,7 @@ class Trainer:
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step,
                                               model_state=list(model.variables))
         latest = tf.train.latest_checkpoint(self.checkpoint_dir)
-        if self.resume and latest:
-            self._check_identity(latest)
+        if self.resume and latest:  # _check_resume_target has checked its settings and step
             try:
                 self.checkpoint.restore(latest).assert_existing_objects_matched()
             except Exception as error:  # a truncated or foreign file fails in many ways (OpError, IndexError, ...)
@@ -253,6 +253,40 @@ class Trainer:
             return launcher.run(lambda x, y: replica_step(x, y, stop), next(iterator))
 
         return train_loop
+
+    def _check_resume_target(self) -> None:
+        """--resume, decided before any model is built, collective run or file written: refuse a
+        checkpoint from other settings or past this run's last step, and end a run that already
+        finished without touching it. Every process reads the same files, so all decide alike and
+        none is left waiting for a peer that returned."""
+        latest = tf.train.latest_checkpoint(self.checkpoint_dir) if self.resume else None
+        if not latest:
+            return
+        self._check_identity(latest)
+        try:
+            reached = int(tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+        except Exception:  # unreadable or foreign: setup's restore names the problem
+            return
+        if reached > self.total_steps:
+            raise ResumeError(
+                f"--resume: {latest} is at step {reached}, past this run's last step {self.total_steps} "
+                f"(--max-steps/--epochs); pass --max-steps {reached} or more (or enough --epochs) to "
+                "continue it, or start over in another --results-dir")
+        results = os.path.join(self.results_dir, RESULTS_FILE)
+        if reached == self.total_steps and self._results_complete(results, reached):
+            log(self.launcher, f"--resume: the run already finished at step {reached}; its results are in "
+                               f"{results}; nothing to do")
+            raise RunFinished(results)
+
+    @staticmethod
+    def _results_complete(path: str, steps: int) -> bool:
+        """`path` is a whole results.json of a run that ended at `steps`."""
+        try:
+            with open(path) as handle:
+                results = json.load(handle)
+        except (OSError, ValueError):
+            return False
+        return isinstance(results, dict) and RESULT_FIELDS <= results.keys() and results.get("steps") == steps
 
     def _identity_path(self) -> str:
         return os.path.join(self.checkpoint_dir, "run.json")

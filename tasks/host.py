@@ -13,7 +13,7 @@ import sys
 from invoke import Exit
 
 from commands import launch
-from common import contract, stopping
+from common import atomic, contract, stopping
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Defaults of the `tf_recipes` configuration; invoke.yaml or INVOKE_TF_RECIPES_* override them, for
@@ -214,15 +214,8 @@ def execute(argv, env=None, dry=False) -> int:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """`path` holds `text` or what it held before: the text goes to a sibling file, renamed over it."""
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    """`path` holds `text` or what it held before, also after a crash (common.atomic)."""
+    atomic.write_atomically(path, text)
 
 
 def write_or_print(text: str, out: str | None, dry: bool, next_step: str) -> None:

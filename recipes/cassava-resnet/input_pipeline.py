@@ -34,10 +34,12 @@ import functools
 import hashlib
 import os
 import socket
+import zlib
 
 import numpy as np
 import tensorflow as tf
 
+from common.atomic import replace_durably
 from common.contract import DiskFullError
 from common.data import DataError, InputShard, can_download, check_labels, error_reason, sharded_order
 from common.image_folder import VAL, ImageFolder, unreadable
@@ -169,23 +171,52 @@ def chunk_paths(folder: str, start: int) -> tuple[str, str]:
     return (os.path.join(folder, f"{start:07d}-images.npy"), os.path.join(folder, f"{start:07d}-labels.npy"))
 
 
-def load_chunk(folder: str, start: int, count: int, image_size: int):
-    """The chunk's arrays if it is complete and of the right shape, else None."""
+def checksums_path(folder: str, start: int) -> str:
+    return os.path.join(folder, f"{start:07d}-crc32.npy")
+
+
+_VERIFIED = set()  # (images file, inode, mtime, size) whose bytes this process checked
+
+
+def damaged(images_path: str, images: np.ndarray, checksums: np.ndarray) -> int | None:
+    """The first image whose bytes do not match the crc32 written with it (zeros after a crash: the
+    file system may keep a renamed file whose data never reached the disk), else None. Once per
+    version of the file per process."""
+    stat = os.stat(images_path)
+    key = (images_path, stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    if key not in _VERIFIED:
+        for index, image in enumerate(images):
+            if zlib.crc32(image) != int(checksums[index]):
+                return index
+        _VERIFIED.add(key)
+    return None
+
+
+def load_chunk(folder: str, start: int, count: int, image_size: int, log=lambda message: None):
+    """The chunk's arrays if it is complete, of the right shape and its images match their crc32,
+    else None (it is then decoded again)."""
     images_path, labels_path = chunk_paths(folder, start)
     try:
         images = np.load(images_path, mmap_mode="r")
         labels = np.load(labels_path)
+        checksums = np.load(checksums_path(folder, start))
     except (OSError, ValueError):
         return None
-    if images.shape != (count, image_size, image_size, 3) or labels.shape != (count,):
+    if images.shape != (count, image_size, image_size, 3) or labels.shape != (count,) or checksums.shape != (count,):
+        return None
+    bad = damaged(images_path, images, checksums)
+    if bad is not None:
+        log(f"{images_path} is damaged (image {bad} does not match its crc32, e.g. zeros after a crash): "
+            "decoding its chunk again")
         return None
     return images, labels
 
 
 def write_chunks(builder, split: str, image_size: int, folder: str, starts: list[int], total: int) -> None:
     """Decode + resize the examples of these chunks in one parallel pipeline, each example written
-    straight to its place in its chunk's file, and publish each chunk atomically once all its
-    examples are in (labels, then images last: a complete images file marks a complete chunk).
+    straight to its place in its chunk's file, and publish each chunk atomically and durably once all
+    its examples are in (labels, the images' crc32s, then images last: a complete images file marks a
+    complete chunk, and its crc32s tell whether its bytes reached the disk).
 
     The decode map is not ordered (deterministic=False): every example carries its index and is
     written at its own offset, so a slow photo never holds back the next ones while a core idles,
@@ -213,7 +244,7 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
     options.autotune.enabled = False
     examples = dataset.batch(DECODE_BATCH).prefetch(2).with_options(options).as_numpy_iterator()
     count = {start: min(start + CHUNK, total) - start for start in starts}
-    filling = {}  # chunk start -> [images file, offset of its data, labels, examples in]
+    filling = {}  # chunk start -> [images file, offset of its data, labels, examples in, crc32s]
     os.makedirs(folder, exist_ok=True)
     try:
         for indices, images, labels in examples:
@@ -222,16 +253,17 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
                 if start not in filling:
                     filling[start] = [*_open_chunk_file(_temporary(chunk_paths(folder, start)[0]),
                                                         (count[start], image_size, image_size, 3)),
-                                      np.empty(count[start], np.int32), 0]
+                                      np.empty(count[start], np.int32), 0, np.empty(count[start], np.uint32)]
                 chunk = filling[start]
                 # One write per image, from the decoder's batch to the file: no chunk-sized buffer to
                 # fill first (fresh memory is what costs most here, in a VM above all).
                 _write_at(chunk[0], image, chunk[1] + (index - start) * image.nbytes)
                 chunk[2][index - start] = label
+                chunk[4][index - start] = zlib.crc32(image)
                 chunk[3] += 1
                 if chunk[3] == count[start]:
-                    images_file, _, labels, _ = filling.pop(start)
-                    _publish_chunk(folder, start, images_file, labels)
+                    images_file, _, labels, _, checksums = filling.pop(start)
+                    _publish_chunk(folder, start, images_file, labels, checksums)
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
         raise DataError(_unreadable_example(builder, split, runs, total, image_size, error)) from None
     except OSError as error:
@@ -245,10 +277,10 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
         for images_file, *_ in filling.values():  # chunks left incomplete by an error
             images_file.close()
             os.remove(images_file.name)
-        for start in starts:  # a labels file whose chunk was never published
-            labels_temporary = _temporary(chunk_paths(folder, start)[1])
-            if os.path.exists(labels_temporary):
-                os.remove(labels_temporary)
+        for start in starts:  # a labels or crc32s file whose chunk was never published
+            for path in (chunk_paths(folder, start)[1], checksums_path(folder, start)):
+                if os.path.exists(_temporary(path)):
+                    os.remove(_temporary(path))
 
 
 def _open_chunk_file(path: str, shape: tuple):
@@ -274,13 +306,16 @@ def _temporary(path: str) -> str:
     return f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"  # unique among writers sharing the folder
 
 
-def _publish_chunk(folder: str, start: int, images_file, labels: np.ndarray) -> None:
+def _publish_chunk(folder: str, start: int, images_file, labels: np.ndarray, checksums: np.ndarray) -> None:
+    """Each file fsynced, then renamed, then the folder fsynced (common.atomic): after a crash a
+    published file holds its bytes, and an images file comes with its labels and crc32s."""
     images_path, labels_path = chunk_paths(folder, start)
-    with open(_temporary(labels_path), "wb") as handle:
-        np.save(handle, labels)
-    os.replace(_temporary(labels_path), labels_path)
+    for path, array in ((labels_path, labels), (checksums_path(folder, start), checksums)):
+        with open(_temporary(path), "wb") as handle:
+            np.save(handle, array)
+        replace_durably(_temporary(path), path)
     images_file.close()
-    os.replace(images_file.name, images_path)  # concurrent writers of one chunk write the same bytes
+    replace_durably(images_file.name, images_path)  # concurrent writers of one chunk write the same bytes
 
 
 def _unreadable_example(builder, split: str, runs, total: int, image_size: int, error) -> str:
@@ -316,7 +351,7 @@ def cache_split(builder, split: str, image_size: int, cache_dir: str, shard: Inp
     count = {start: min(start + CHUNK, total) - start for start in starts}
 
     def missing(candidates):
-        return [s for s in candidates if load_chunk(folder, s, count[s], image_size) is None]
+        return [s for s in candidates if load_chunk(folder, s, count[s], image_size, log) is None]
 
     first, last = (len(starts) * i // shard.num_pipelines for i in (shard.pipeline_id, shard.pipeline_id + 1))
     mine = missing(starts[first:last])
@@ -327,7 +362,11 @@ def cache_split(builder, split: str, image_size: int, cache_dir: str, shard: Inp
     write_chunks(builder, split, image_size, folder, mine, total)
     barrier()
     write_chunks(builder, split, image_size, folder, missing(starts), total)
-    chunks = [load_chunk(folder, s, count[s], image_size) for s in starts]
+    chunks = [load_chunk(folder, s, count[s], image_size, log) for s in starts]
+    for start, chunk in zip(starts, chunks):
+        if chunk is None:  # decoded again just now, and still not whole: the disk does not keep it
+            raise DataError(f"the decoded-image cache chunk {chunk_paths(folder, start)[0]} is still damaged after "
+                            f"being decoded again; delete {folder} and check that disk")
     for start, (_, labels) in zip(starts, chunks):  # out-of-range labels would fail mid-step, naming nothing
         check_labels(labels, num_classes(builder), f"cassava {split} labels in {chunk_paths(folder, start)[1]} "
                      f"(examples {start}..{start + count[start] - 1})",

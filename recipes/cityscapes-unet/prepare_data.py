@@ -36,8 +36,9 @@ import zipfile
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # common.contract, when run as a script
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # common, when run as a script
 
+from common.atomic import write_atomically  # noqa: E402
 import labels  # noqa: E402
 import layout  # noqa: E402
 import pairs as pairs_format  # noqa: E402
@@ -219,6 +220,8 @@ class CityscapesRelease:
 # --- One pair: load and check (per source), then write -------------------------------------------
 
 def _write_atomically(path: pathlib.Path, data: bytes):
+    """A pair's output, renamed into place but not fsynced (thousands of them): the index that lists
+    them is written only after os.sync(), see prepare_split."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
     temporary.write_bytes(data)
@@ -331,15 +334,15 @@ def prepare_split(source, split, example_ids, signatures, out, expect_size, work
                                 for i in ids)
     if not problems:
         (height, width), = sizes
-        _write_atomically(manifest_path(out, split),
-                          "".join(json.dumps(done[i]) + "\n" for i in example_ids).encode())
-        _write_atomically(index, json.dumps({
+        os.sync()  # every pair's files on disk before the index that says they are complete
+        write_atomically(manifest_path(out, split), "".join(json.dumps(done[i]) + "\n" for i in example_ids))
+        write_atomically(index, json.dumps({
             "format": layout.INDEX_FORMAT, "split": split, "height": height, "width": width,
             "categories": list(source.categories), "palette": [list(colour) for colour in source.palette],
             "examples": example_ids,
             # data.read_index compares these with the files before training
             "bytes": {i: done[i].get("bytes") or _output_bytes(out, split, i) for i in example_ids}},
-            indent=1).encode())
+            indent=1))
     return problems, len(valid) - len(skipped), len(skipped)
 
 

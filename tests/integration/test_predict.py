@@ -6,6 +6,7 @@ train a few steps; their RESULTS/export is what predict.py and the benchmark rea
 import csv
 import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -52,7 +53,7 @@ def test_classification_writes_the_csv_and_names_the_unreadable_file(runs, tmp_p
                          str(tmp_path / "in"), "--out", str(out), "--batch-size", "2", "--top-k", "4")
     assert_one_line_error(process, bad, 5)
     assert "predict: 2/5 files" in process.stdout and "predict: 5/5 files" in process.stdout
-    assert sorted(os.listdir(out)) == ["predictions.csv"]  # no temporary file left
+    assert sorted(os.listdir(out)) == [".tf-recipes-predict", "predictions.csv"]  # no temporary file left
     with open(out / "predictions.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [row["file"] for row in rows] == good
@@ -71,7 +72,8 @@ def test_segmentation_writes_overlays_and_class_areas(runs, tmp_path):
                          str(tmp_path / "in"), "--out", str(out), "--batch-size", "3")
     assert_one_line_error(process, bad, 5)
     stems = sorted(os.path.splitext(os.path.basename(path))[0] for path in good)
-    assert sorted(os.listdir(out)) == sorted([f"{stem}.png" for stem in stems] + [f"{stem}.json" for stem in stems])
+    assert sorted(os.listdir(out)) == sorted([".tf-recipes-predict"] + [f"{stem}.png" for stem in stems]
+                                             + [f"{stem}.json" for stem in stems])
     served = served_outputs(runs["cityscapes"] / "export", good, tmp_path)
     colours = np.array([c["colour"] for c in json.loads((runs["cityscapes"] / "export" / "classes.json").read_text())])
     names = (runs["cityscapes"] / "export" / "labels.txt").read_text().splitlines()
@@ -100,6 +102,102 @@ def test_a_wrong_model_or_input_is_one_line(runs, tmp_path, args, message):
                          "--out", str(tmp_path / "out"))
     assert process.returncode == 2 and "Traceback" not in process.stderr
     assert process.stderr.strip().splitlines()[-1].startswith("error: ") and message in process.stderr
+
+
+def snapshot(folder):
+    """Every file under `folder` (symlinks as their targets' names) and its bytes."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            files[path] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
+    return files
+
+
+def assert_refused(process, message):
+    assert process.returncode == 2, process.stderr[-3000:]
+    assert "Traceback" not in process.stderr
+    lines = process.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and message in lines[-1], process.stderr[-3000:]
+
+
+@pytest.mark.parametrize("out", ["in", "in/overlays", "link-to-in", "."])
+def test_an_out_overlapping_the_input_is_refused_and_the_inputs_stay_byte_identical(runs, tmp_path, out):
+    write_test_images(tmp_path / "in", (64, 128), 3, count=2)
+    (tmp_path / "link-to-in").symlink_to(tmp_path / "in")
+    before = snapshot(tmp_path)
+    process = run_python("recipes/cityscapes-unet/predict.py", "--model", str(runs["cityscapes"]), "--input",
+                         str(tmp_path / "in"), "--out", str(tmp_path / out))
+    assert_refused(process, "overlap")
+    assert snapshot(tmp_path) == before and not (tmp_path / "in" / "overlays").exists()
+
+
+def test_two_inputs_with_one_output_name_are_refused_before_anything_is_written(runs, tmp_path):
+    files, arrays = write_test_images(tmp_path / "in", (64, 128), 3, count=1)
+    os.rename(files[0], tmp_path / "in" / "a.png")
+    tf.io.write_file(str(tmp_path / "in" / "a.jpg"), tf.io.encode_jpeg(arrays[0]))
+    before = snapshot(tmp_path)
+    process = run_python("recipes/cityscapes-unet/predict.py", "--model", str(runs["cityscapes"]), "--input",
+                         str(tmp_path / "in"), "--out", str(tmp_path / "out"))
+    assert_refused(process, f"{tmp_path / 'in' / 'a.jpg'} and {tmp_path / 'in' / 'a.png'} would both be written")
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+def test_an_out_holding_other_files_is_refused_and_one_a_predict_run_wrote_is_reused(runs, tmp_path):
+    files, _ = write_test_images(tmp_path / "in", (28, 28), 1, count=2)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "predictions.csv").write_text("someone else's table\n")
+    before = snapshot(tmp_path)
+    args = ["recipes/mnist-cnn/predict.py", "--model", str(runs["mnist"]), "--input", str(tmp_path / "in"),
+            "--out", str(tmp_path / "out")]
+    assert_refused(run_python(*args), "already holds files no predict run wrote (such as predictions.csv)")
+    assert snapshot(tmp_path) == before
+    (tmp_path / "out" / ".tf-recipes-predict").write_text("")  # as a previous predict run leaves it
+    assert_ok(run_python(*args))
+    with open(tmp_path / "out" / "predictions.csv") as handle:
+        assert [row["file"] for row in csv.DictReader(handle)] == files
+
+
+def test_each_unreadable_kind_of_input_is_one_line_and_the_others_are_predicted(runs, tmp_path):
+    files, _ = write_test_images(tmp_path / "in", (28, 28), 1, count=2)
+    (tmp_path / "in" / "broken.png").symlink_to(tmp_path / "gone.png")
+    (tmp_path / "in" / "empty.png").write_bytes(b"")
+    (tmp_path / "in" / "garbage.png").write_bytes(b"\x89PNG not really")
+    out = tmp_path / "out"
+    process = run_python("recipes/mnist-cnn/predict.py", "--model", str(runs["mnist"]), "--input",
+                         str(tmp_path / "in"), "--out", str(out), "--batch-size", "5")
+    assert process.returncode == 2, process.stderr[-3000:]
+    assert "Traceback" not in process.stderr
+    lines = process.stderr.strip().splitlines()
+    for name in ("broken.png", "empty.png", "garbage.png"):
+        assert len([line for line in lines if line.startswith(f"unreadable: {tmp_path / 'in' / name} (")]) == 1
+    assert lines[-1].startswith("error: 3 of 5 input files could not be read")
+    with open(out / "predictions.csv") as handle:
+        assert [row["file"] for row in csv.DictReader(handle)] == files
+
+
+def test_the_csv_keeps_the_finished_batches_when_a_later_batch_fails(runs, tmp_path, monkeypatch):
+    from common import predicting
+
+    files, _ = write_test_images(tmp_path / "in", (28, 28), 1, count=4)
+    calls = []
+    serve = predicting.Export.__call__
+
+    def failing_on_the_second_batch(model, blobs):
+        calls.append(len(blobs))
+        if len(calls) == 2:
+            raise RuntimeError("simulated failure")
+        return serve(model, blobs)
+
+    monkeypatch.setattr(predicting.Export, "__call__", failing_on_the_second_batch)
+    out = tmp_path / "out"
+    args = types.SimpleNamespace(model=str(runs["mnist"]), input=str(tmp_path / "in"), out=str(out), batch_size=2,
+                                 top_k=3)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        predicting.run(args, "classification")
+    assert not (out / "predictions.csv").exists()
+    with open(out / "predictions.csv.partial") as handle:
+        assert [row["file"] for row in csv.DictReader(handle)] == files[:2]
 
 
 def test_the_benchmark_compares_predict_with_keras_predict_on_the_same_images(runs, tmp_path):

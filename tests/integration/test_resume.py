@@ -1,9 +1,13 @@
 """Checkpoints and --resume: a run stopped at step 10 and resumed to step 20 ends with the same
 weights, bit for bit, as a run that went to step 20 in one go (same data order, restored optimizer
 state and dropout random state). Dropout is on, as in the default model."""
+import os
+import sys
+
 import numpy as np
 import pytest
 
+from error_checks import without_tf_log
 from helpers import assert_ok, run_python
 from test_mnist_launchers import load_weights
 
@@ -29,3 +33,58 @@ def test_existing_checkpoints_are_not_overwritten_without_resume(tmp_path):
     assert again.returncode == 2
     assert "already holds checkpoints" in again.stderr and "--resume" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def folder_bytes(folder) -> dict:
+    """Every file under `folder` with its bytes."""
+    files = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as handle:
+                files[os.path.relpath(path, folder)] = handle.read()
+    return files
+
+
+def assert_finished_resume(process, results_dir):
+    """Exit 0, one line naming the results, no training."""
+    assert_ok(process)
+    ours = [line for line in without_tf_log(process.stdout + "\n" + process.stderr).splitlines() if line.strip()]
+    finished = [line for line in ours if "already finished" in line]
+    assert len(finished) == 1 and str(results_dir / "results.json") in finished[0], ours
+    assert not any(line.startswith(("step ", "results:", "resumed from")) for line in ours), ours
+
+
+def test_resume_of_a_finished_run_touches_nothing(tmp_path):
+    """A recreated pod or requeued SLURM job passes --resume again after success: it must end with 0
+    and leave the real results alone (it used to rewrite results.json with an empty loss curve)."""
+    assert_ok(run_python(*ARGS, "--max-steps", "6", "--results-dir", str(tmp_path)))
+    before = folder_bytes(tmp_path)
+    again = run_python(*ARGS, "--max-steps", "6", "--results-dir", str(tmp_path), "--resume")
+    assert_finished_resume(again, tmp_path)
+    assert folder_bytes(tmp_path) == before
+
+
+def test_resume_with_fewer_steps_than_the_checkpoint_is_refused(tmp_path):
+    assert_ok(run_python(*ARGS, "--max-steps", "6", "--results-dir", str(tmp_path)))
+    before = folder_bytes(tmp_path)
+    fewer = run_python(*ARGS, "--max-steps", "3", "--results-dir", str(tmp_path), "--resume")
+    assert fewer.returncode == 2, fewer.stderr[-4000:]
+    assert "Traceback" not in fewer.stderr
+    ours = [line for line in without_tf_log(fewer.stderr).splitlines() if line.strip()]
+    assert len(ours) == 1 and ours[0].startswith("error: "), ours
+    assert "step 6" in ours[0] and "step 3" in ours[0] and "--max-steps 6" in ours[0], ours[0]
+    assert folder_bytes(tmp_path) == before
+
+
+def test_multiworker_resume_of_a_finished_run_ends_on_every_process(tmp_path):
+    """Every process reads the same checkpoint and ends before any collective: none waits for a
+    chief that already returned."""
+    def spawn(*extra):
+        return run_python("-m", "common.spawn", "--nproc", "2", "--", sys.executable, *ARGS, "--launcher",
+                          "multiworker", "--max-steps", "4", "--results-dir", str(tmp_path), *extra, timeout=300)
+
+    assert_ok(spawn())
+    before = folder_bytes(tmp_path)
+    assert_finished_resume(spawn("--resume"), tmp_path)
+    assert folder_bytes(tmp_path) == before

@@ -121,6 +121,25 @@ def test_truncated_chunks_are_decoded_again(builder, tmp_path, monkeypatch):
     np.testing.assert_array_equal(arrays.gather(np.arange(24))[0], decoded_split(builder, "train", 32)[0])
 
 
+def test_a_chunk_of_zeros_of_the_right_size_is_found_by_its_crc32_and_decoded_again(builder, tmp_path, monkeypatch):
+    """After a power loss a renamed chunk can hold zeros where its images were, header and size intact:
+    the shape check passes, so only the crc32s written with the chunk tell."""
+    monkeypatch.setattr(input_pipeline, "CHUNK", 8)
+    shard = InputShard(1, 0, 2, 2)
+    input_pipeline.cache_split(builder, "train", 32, str(tmp_path), shard, log=lambda _: None)
+    [images_file] = tmp_path.glob("*/0000008-images.npy")
+    data = images_file.read_bytes()
+    header = len(data) - 8 * 32 * 32 * 3
+    images_file.write_bytes(data[:header] + bytes(len(data) - header))
+    messages = []
+    arrays = input_pipeline.cache_split(builder, "train", 32, str(tmp_path), shard, log=messages.append)
+    assert len(messages) == 2, messages
+    assert f"{images_file} is damaged (image 0 does not match its crc32" in messages[0]
+    assert "\n" not in messages[0] and "decoding and resizing 8 of 24 images" in messages[1]
+    np.testing.assert_array_equal(arrays.gather(np.arange(24))[0], decoded_split(builder, "train", 32)[0])
+    assert images_file.read_bytes() == data
+
+
 # -- sharding ----------------------------------------------------------------------------------------
 # (That every launcher layout puts the same examples on each replica is tested in
 # tests/unit/test_data_sharding.py, for common.data.sharded_order itself.)
