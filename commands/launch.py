@@ -30,14 +30,15 @@ def check_choice(kind: str, value: str, choices) -> None:
         raise LaunchError(f"unknown {kind} {value!r}; choose one of: {', '.join(choices)}")
 
 
-def parse_count(flag: str, text) -> int:
-    """A whole number >= 0 from the command line, or a LaunchError naming the flag."""
+def parse_count(flag: str, text, minimum: int = 0) -> int:
+    """A whole number >= minimum (0 unless told) from the command line, or a LaunchError naming the flag."""
     try:
         value = int(text)
     except (TypeError, ValueError):
         raise LaunchError(f"{flag} {text!r} is not a whole number") from None
-    if value < 0:
-        raise LaunchError(f"{flag} {value} must not be negative")
+    if value < minimum:
+        raise LaunchError(f"{flag} {value} must not be negative" if minimum == 0 else
+                          f"{flag} {value} must be at least {minimum}")
     return value
 
 

@@ -6,6 +6,7 @@ This module does not import TensorFlow: a recipe parses its arguments before Ten
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -43,14 +44,42 @@ def step_window(text: str) -> tuple[int, int]:
     return start, end
 
 
-def positive_float(text: str) -> float:
+def _real(text: str, accept, rule: str) -> float:
+    """A float from the command line for which accept(value) holds, else argparse's one-line error that
+    names the value and `rule`. nan and inf are always refused: no flag means 'forever' or 'unset' by them."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be greater than 0")
+        value = math.nan
+    if not (math.isfinite(value) and accept(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
     return value
+
+
+def positive_float(text: str) -> float:
+    return _real(text, lambda value: value > 0, "a finite number greater than 0")
+
+
+def non_negative_float(text: str) -> float:
+    return _real(text, lambda value: value >= 0, "a finite number of at least 0")
+
+
+def at_least(minimum: float):
+    """An argparse type: a finite number >= minimum (such as a deadline with a floor)."""
+    def number(text: str) -> float:
+        return _real(text, lambda value: value >= minimum, f"a finite number of at least {minimum:g}")
+    number.__name__ = f"number >= {minimum:g}"
+    return number
+
+
+def fraction(text: str) -> float:
+    """0 < F < 1: a share of the examples (such as --val-fraction)."""
+    return _real(text, lambda value: 0 < value < 1, "a fraction between 0 and 1 (both excluded), e.g. 0.2")
+
+
+def rate(text: str) -> float:
+    """0 <= R < 1: a probability that may be zero but never drops everything (such as a dropout rate)."""
+    return _real(text, lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
 
 
 def training_parser(description: str, *, batch_size: int, epochs: int, lr: float) -> argparse.ArgumentParser:
@@ -78,7 +107,7 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
                        help="multiply the learning rate by the number of replicas")
     train.add_argument("--lr-warmup-steps", type=non_negative_int, default=100,
                        help="steps over which a scaled learning rate ramps up from the base rate")
-    train.add_argument("--seed", type=int, default=42, help="seed for weights, data order and augmentation")
+    train.add_argument("--seed", type=non_negative_int, default=42, help="seed for weights, data order and augmentation")
     train.add_argument("--amp", action="store_true",
                        help="mixed precision: float16 on GPU, bfloat16 on CPU")
     train.add_argument("--xla", action="store_true", help="compile each replica's step with XLA")
@@ -102,10 +131,10 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
                      help="first steps left out of the throughput figures (tracing, autotuning)")
     out.add_argument("--profile", type=step_window, default=None, metavar="START:END",
                      help="write a TensorBoard profiler trace of steps START+1..END to RESULTS/profile")
-    out.add_argument("--fault-desync-replica", type=int, default=None, metavar="R",
+    out.add_argument("--fault-desync-replica", type=non_negative_int, default=None, metavar="R",
                      help="testing only: perturb replica R's weights before the final check, "
                           "to see the desync guard stop the run")
-    out.add_argument("--fault-slow-step", type=float, default=0.0, metavar="SECONDS",
+    out.add_argument("--fault-slow-step", type=non_negative_float, default=0.0, metavar="SECONDS",
                      help="testing only: wait this long per training step (timed as step time), "
                           "to see a throughput regression caught")
     return parser

@@ -111,10 +111,12 @@ def unreadable(path: str, reason: str) -> DataError:
 
 def add_args(parser, default: str) -> None:
     """--data-format (DEFAULT or image-folder) and --val-fraction, on a recipe's parser."""
+    from common.cli import fraction
+
     group = parser.add_argument_group("your own photos")
     group.add_argument("--data-format", choices=[default, "image-folder"], default=default,
                        help="image-folder: --data-dir holds train/ and val/ (or, with --val-fraction, one "
                             "folder), each with one subfolder of .jpg/.png photos per class")
-    group.add_argument("--val-fraction", type=float, default=None, metavar="F",
+    group.add_argument("--val-fraction", type=fraction, default=None, metavar="F",
                        help="image-folder without val/: keep this fraction of each class for validation "
                             "(drawn from --seed)")

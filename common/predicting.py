@@ -29,6 +29,7 @@ import os
 import sys
 
 from common.atomic import write_atomically
+from common.cli import positive_int
 from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
                              EXPORT_SIGNATURE, EXPORT_VERSION, PREDICTIONS_FILE, UserError)
 
@@ -47,8 +48,8 @@ def parser(description: str) -> argparse.ArgumentParser:
                         help="the export folder (RESULTS/export), or the results folder that holds it")
     parser.add_argument("--input", required=True, help="an image file, or a folder of them (not recursive)")
     parser.add_argument("--out", required=True, help="folder for the predictions (created if missing)")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per call of the model")
-    parser.add_argument("--top-k", type=int, default=3, help="classification: classes listed per image")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="images per call of the model")
+    parser.add_argument("--top-k", type=positive_int, default=3, help="classification: classes listed per image")
     return parser
 
 

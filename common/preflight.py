@@ -33,8 +33,10 @@ import threading
 import time
 
 from common import contract
+from common.cli import at_least, positive_int
 
 DEFAULT_SIZES = "4K,64K,1M,16M"
+MIN_DEADLINE = 5  # seconds: below it not even a healthy cluster can answer
 HEARTBEAT_SECONDS = 1.0
 STALE_SECONDS = 10.0  # a heartbeat that has not moved for this long: the rank froze or died
 REPORT_BYTES = 4096  # a rank's report, gathered as bytes over the collective
@@ -372,15 +374,16 @@ class Deadline:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--launcher", choices=contract.LAUNCHERS, default="single")
-    parser.add_argument("--cpu-replicas", type=int, default=1, help="mirrored without a GPU: logical CPU devices")
+    parser.add_argument("--cpu-replicas", type=positive_int, default=1, help="mirrored without a GPU: logical CPU devices")
     parser.add_argument("--collective", choices=contract.COLLECTIVES, default="auto",
                         help="multiworker all-reduce implementation")
     parser.add_argument("--results-dir", default="results/preflight",
                         help=f"where {contract.PREFLIGHT_FILE} and the heartbeat files go; shared by every process")
-    parser.add_argument("--deadline", type=float, default=contract.PREFLIGHT_DEFAULT_DEADLINE, metavar="SECONDS",
+    parser.add_argument("--deadline", type=at_least(MIN_DEADLINE), default=contract.PREFLIGHT_DEFAULT_DEADLINE,
+                        metavar="SECONDS",
                         help="end (status 4, naming the ranks that never arrived or froze) after this long")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="all-reduce message sizes for the bandwidth")
-    parser.add_argument("--repeats", type=int, default=3, help="timed all-reduces per size")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed all-reduces per size")
     parser.add_argument("--allow-socket", action="store_true",
                         help="do not fail a multi-node GPU job whose NCCL falls back to sockets")
     parser.add_argument("--run-id", default="", help="keeps this attempt's heartbeats apart from an earlier one's")
@@ -389,8 +392,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.sizes = [parse_size(size) for size in args.sizes.split(",") if size.strip()]
     except ValueError as error:
         parser.error(f"--sizes: {error}")
-    if args.deadline < 5 or args.repeats < 1 or args.cpu_replicas < 1:
-        parser.error("need --deadline >= 5, --repeats >= 1 and --cpu-replicas >= 1")
+    if not args.sizes:
+        parser.error("--sizes: give at least one message size, such as 4K,64K")
     return args
 
 

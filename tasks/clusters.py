@@ -47,8 +47,8 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
             gpus_per_node=launch.parse_count("--gpus-per-node", gpus_per_node),
             train_args=shlex.split(c.remainder or ""), sif=sif, container_image=container_image,
             data_dir=data_dir, time=time, partition=partition, account=account, job_name=job_name,
-            tasks_per_node=launch.parse_count("--tasks-per-node", tasks_per_node),
-            cpus_per_task=launch.parse_count("--cpus-per-task", cpus_per_task),
+            tasks_per_node=launch.parse_count("--tasks-per-node", tasks_per_node, minimum=1),
+            cpus_per_task=launch.parse_count("--cpus-per-task", cpus_per_task, minimum=1),
             signal_grace=launch.parse_count("--signal-grace", signal_grace), requeue=requeue, preflight=preflight)
     except launch.LaunchError as error:
         host.fail(str(error))

@@ -11,10 +11,13 @@ import os
 import signal
 import subprocess
 import time
+from argparse import ArgumentTypeError
 
 from invoke import Exit, task
 
 from common import contract
+from common.cli import at_least, positive_int
+from common.preflight import MIN_DEADLINE, parse_size
 from tasks import host
 from tasks.run import LAUNCH_HELP, prepare_job
 
@@ -101,10 +104,24 @@ def preflight(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="aut
               deadline=str(contract.PREFLIGHT_DEFAULT_DEADLINE), sizes=None, repeats="3", allow_socket=False,
               dry=False):
     """Check the cluster RECIPE would run on: hosts, devices, versions, one exact all-reduce, bandwidth."""
+    # The checks common.preflight makes, here too: a bad value ends before a folder or a process exists.
     try:
         seconds = float(deadline)
     except ValueError:
         host.fail(f"--deadline {deadline!r} is not a number of seconds")
+    try:
+        at_least(MIN_DEADLINE)(str(deadline))
+    except ArgumentTypeError as error:
+        host.fail(f"--deadline: {error} (seconds)")
+    try:
+        repeats = positive_int(str(repeats))
+    except ArgumentTypeError as error:
+        host.fail(f"--repeats: {error}")
+    try:
+        if sizes and not [parse_size(size) for size in sizes.split(",") if size.strip()]:
+            raise ValueError(f"{sizes!r} holds no message size, such as 4K,64K")
+    except ValueError as error:
+        host.fail(f"--sizes: {error}")
     args = ["--deadline", f"{seconds:g}", "--repeats", str(repeats), "--run-id", host.stamp()]
     args += ["--sizes", sizes] if sizes else []
     args += ["--allow-socket"] if allow_socket else []

@@ -17,6 +17,7 @@ or `invoke run cityscapes-unet --gpus 8 --data-dir data/cityscapes`.
 full-size tensors for a fixed number of steps, so that it measures compute without the input pipeline.
 """
 import argparse
+import math
 import os
 import sys
 
@@ -41,6 +42,8 @@ def size(text):
         height, width = (int(side) for side in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not HEIGHTxWIDTH, e.g. 512x1024") from None
+    if height < 1 or width < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: both sides must be at least 1")
     return height, width
 
 
@@ -49,6 +52,8 @@ def scale_range(text):
         low, high = (float(part) for part in text.split(":"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX, e.g. 0.75:1.25") from None
+    if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
+        raise argparse.ArgumentTypeError(f"{text!r}: need finite 0 < MIN <= MAX, e.g. 0.75:1.25")
     return low, high
 
 
@@ -61,7 +66,7 @@ def parse_args(argv=None):
     model.add_argument("--preset", choices=sorted(PRESETS), default="full")
     model.add_argument("--filters", type=cli.positive_int, help="filters of the first level (doubles per level)")
     model.add_argument("--depth", type=cli.positive_int, help="down-sampling levels")
-    model.add_argument("--dropout", type=float, default=0.0, help="dropout after every conv block")
+    model.add_argument("--dropout", type=cli.rate, default=0.0, help="dropout after every conv block")
     model.add_argument("--batch-norm", action=argparse.BooleanOptionalAction, default=True)
     model.add_argument("--crop", type=size, help="training crop HEIGHTxWIDTH (default: the preset's)")
     model.add_argument("--scale", type=scale_range, default=(0.75, 1.25), help="random zoom range MIN:MAX")
