@@ -42,6 +42,13 @@ def parse_count(flag: str, text, minimum: int = 0) -> int:
     return value
 
 
+def check_port_range(flag: str, first: int, count: int) -> None:
+    """Ports first .. first+count-1 must all be TCP ports a process can listen on (1-65535)."""
+    if not 1 <= first <= 65536 - count:
+        raise LaunchError(f"{flag} {first} leaves no room for {count} worker port(s) on each node: give a port "
+                          f"from 1024 to {65536 - count}")
+
+
 def count_replicas(launcher: str, gpus: int, cpu_replicas: int) -> int:
     """Replicas in the job: one per GPU, or --cpu-replicas when there is no GPU."""
     if gpus < 0:
@@ -92,6 +99,8 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     if hostfile and (launcher != "horovod" or hosts or hostfile_nodes < 1):
         raise LaunchError("a hostfile is for --launcher horovod without --hosts, with its node count")
     nodes = hostfile_nodes if hostfile else max(len(hosts), 1)
+    if launcher == "multiworker" and nodes > 1:
+        check_port_range("--port-base", port_base, replicas)
     train = build_train_command(recipe, launcher, train_args, python=python, module=module)
     if nsys_output:
         train = ["nsys", "profile", "--trace=cuda,cudnn,cublas,nvtx,osrt", "--force-overwrite=true",

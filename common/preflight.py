@@ -33,6 +33,7 @@ import threading
 import time
 
 from common import contract
+from common.atomic import write_atomically
 from common.cli import at_least, positive_int
 
 DEFAULT_SIZES = "4K,64K,1M,16M"
@@ -240,7 +241,12 @@ def decode_reports(vector, processes: int) -> list[dict]:
 
 # -- heartbeats and the deadline ------------------------------------------------------------------------
 
-def write_json(path: str, value: dict) -> None:
+def write_json(path: str, value: dict, durable: bool = True) -> None:
+    """`path` holds `value` or what it held before. A report is fsynced (it must survive a crash); a
+    heartbeat, rewritten every few seconds and read only while the job runs, is only renamed."""
+    if durable:
+        write_atomically(path, json.dumps(value, indent=1))
+        return
     temporary = f"{path}.{os.getpid()}.tmp"
     with open(temporary, "w", encoding="utf-8") as handle:
         json.dump(value, handle, indent=1)
@@ -272,7 +278,7 @@ class Heartbeat:
             self.beat += 1
             write_json(os.path.join(self.folder, f"rank-{self.rank}.json"), {
                 "run": self.run_id, "rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
-                "started": self.started, "beat": self.beat, "stage": self.stage})
+                "started": self.started, "beat": self.beat, "stage": self.stage}, durable=False)
 
     def _run(self) -> None:
         while True:

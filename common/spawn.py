@@ -116,6 +116,9 @@ def main(argv=None) -> int:
         parser.error(f"--node-index {args.node_index} is not a position in --hosts {args.hosts}")
     if len(hosts) > 1 and args.port_base is None:
         parser.error("with more than one host, give every node the same --port-base")
+    if args.port_base is not None and not 1 <= args.port_base <= 65536 - args.nproc:
+        parser.error(f"--port-base {args.port_base} leaves no room for {args.nproc} worker port(s): "
+                     f"give a port from 1024 to {65536 - args.nproc}")
     ports = free_ports(args.nproc) if args.port_base is None else list(range(args.port_base, args.port_base + args.nproc))
 
     workers = []

@@ -8,6 +8,7 @@ import tempfile
 from invoke import task
 
 from commands import launch, launch_files, scaffold
+from common import atomic
 from tasks import host
 
 MATRIX = os.path.join("ci", "nightly", "matrix.yaml")
@@ -46,7 +47,9 @@ def write_folder(target: str, files: dict[str, bytes], executable: set[str]) -> 
                 handle.write(content)
             if relative in executable:
                 os.chmod(path, 0o755)
+        atomic.fsync_tree(staging)  # the files' data on disk before the rename publishes them
         os.rename(staging, target)
+        atomic.fsync_directory(os.path.dirname(os.path.abspath(target)))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -43,6 +43,7 @@ import labels  # noqa: E402
 import layout  # noqa: E402
 import make_fixture  # noqa: E402
 import prepare_data  # noqa: E402
+from common.atomic import replace_durably  # noqa: E402
 from common.data import InputShard, sharded_order  # noqa: E402
 from common.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
 
@@ -137,7 +138,7 @@ def write_tfrecords(prepared: pathlib.Path, example_ids, out: pathlib.Path, shar
     for kind, group in writers.items():
         for writer, path in zip(group, paths[kind]):
             writer.close()
-            os.replace(str(path) + ".tmp", path)
+            replace_durably(str(path) + ".tmp", path)
     return paths
 
 

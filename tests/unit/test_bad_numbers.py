@@ -101,7 +101,8 @@ INVOKE_PREFLIGHT = [("--deadline", "nan"), ("--deadline", "inf"), ("--deadline",
 @pytest.mark.parametrize("flag, value", INVOKE_PREFLIGHT)
 def test_invoke_preflight_refuses_a_bad_number(flag, value, tmp_path):
     results = tmp_path / "results"
-    process = run_invoke("preflight", "mnist-cnn", "--runtime", "local", "--dry", "--results-dir", str(results),
+    # Not --dry: a dry run makes no folder anyway, so only a real run shows that none is made.
+    process = run_invoke("preflight", "mnist-cnn", "--runtime", "local", "--results-dir", str(results),
                          f"{flag}={value}", timeout=120)
     assert process.returncode == 2, process.stdout + process.stderr
     assert process.stdout == "", process.stdout
@@ -116,3 +117,22 @@ def test_invoke_sbatch_refuses_a_zero_count(flag):
     assert process.returncode == 2, process.stdout + process.stderr
     assert_one_error_line(process.stderr, flag, "0")
     assert len(process.stderr.strip().splitlines()) == 1, process.stderr
+
+
+@pytest.mark.parametrize("port", ["0", "-1", "65536", "65535"])
+def test_invoke_run_refuses_a_port_base_without_room_for_the_workers(port):
+    # Two workers per node need ports PORT and PORT+1; 65535 leaves room for one.
+    process = run_invoke("run", "mnist-cnn", "--launcher", "multiworker", "--cpu-replicas", "2", "--runtime", "local",
+                         "--hosts", "n1,n2", "--node-index", "0", f"--port-base={port}", "--dry", timeout=120)
+    assert process.returncode == 2, process.stdout + process.stderr
+    assert process.stdout == "" and len(process.stderr.strip().splitlines()) == 1, process.stderr
+    assert_one_error_line(process.stderr, "--port-base", port)
+
+
+@pytest.mark.parametrize("port", ["0", "65535"])
+def test_the_process_starter_refuses_a_port_base_without_room_for_the_workers(port, capsys):
+    from common import spawn
+    with pytest.raises(SystemExit) as stop:
+        spawn.main(["--nproc", "2", "--hosts", "n1,n2", "--port-base", port, "--", "true"])
+    assert stop.value.code == 2
+    assert_one_error_line(capsys.readouterr().err, "--port-base", port)
