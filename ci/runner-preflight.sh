@@ -7,7 +7,9 @@
 #
 # Requirements: a Docker engine that answers this user without sudo; the NVIDIA container toolkit
 # (an `nvidia` runtime in `docker info`); free disk where Docker keeps its images; Python's venv
-# module with ensurepip (Debian's python3-venv), for ci/setup.sh; a runner new enough for node24
+# module with ensurepip (Debian's python3-venv), for ci/setup.sh; OpenMPI's compiler wrapper and
+# headers (Debian's libopenmpi-dev, openmpi-bin), which `ci/setup.sh --horovod` builds Horovod with
+# and installs only as root; a runner new enough for node24
 # actions (2.327.1 or later).
 #
 # Environment:
@@ -54,6 +56,13 @@ if command -v python3 >/dev/null && python3 -c 'import ensurepip, venv' 2>/dev/n
     ok "python3 $(python3 -c 'import platform; print(platform.python_version())') with venv and ensurepip"
 else
     lack "python3-venv: python3 cannot make a virtual environment (apt-get install python3-venv)"
+fi
+
+# -- OpenMPI, for Horovod's MPI controller ---------------------------------------------------------
+if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then
+    ok "OpenMPI: $(mpirun --version 2>/dev/null | head -n 1)"
+else
+    lack "OpenMPI: no mpicxx or mpirun, which ci/setup.sh --horovod builds Horovod with (apt-get install libopenmpi-dev openmpi-bin)"
 fi
 
 # -- the runner's version --------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Set up this checkout for training and testing: a virtual environment (.venv) with one of the two
 # stacks in stacks/, tf-recipes and its test tools, and (with --horovod) Horovod 0.28.1 built from
-# source with Gloo against that stack's TensorFlow.
+# source with Gloo and MPI against that stack's TensorFlow.
 #
 #   bash ci/setup.sh                      # the stack this Python can install: ngc-25.02 where it can
 #                                         # (TF 2.17.1, Python 3.9-3.12), else current (Python 3.13)
 #   bash ci/setup.sh --stack current      # the newest TensorFlow (no horovod launcher)
 #   bash ci/setup.sh --stack current --venv .venv-current   # a second stack beside .venv
-#   bash ci/setup.sh --horovod            # also the horovod launcher (ngc-25.02 only; needs cmake and
-#                                         # g++; ~3 min the first time)
+#   bash ci/setup.sh --horovod            # also the horovod launcher (ngc-25.02 only; needs cmake, g++
+#                                         # and OpenMPI; ~4 min the first time)
 #   bash ci/setup.sh --print-stack        # which stack it would pick; nothing else
 #   bash ci/setup.sh --print-compiler     # which C/C++ compilers Horovod would be built with; nothing else
 #
@@ -21,8 +21,14 @@
 # ubuntu-24.04 has GCC 12, 13 and 14 with 13 the default, and 0.28.1 predates Horovod's fix of the
 # headers GCC 13 no longer includes for it.
 #
-# Idempotent: a second run installs nothing new. pip keeps the Horovod wheel it built in its cache,
-# so a fresh .venv on the same machine does not compile Horovod again.
+# Horovod gets two controllers: Gloo (`horovodrun --gloo`) and MPI (`mpirun`, and `srun --mpi=pmix` under
+# SLURM). MPI is Debian's OpenMPI: as root, ci/setup.sh apt-installs libopenmpi-dev and openmpi-bin when
+# mpicxx or mpirun is missing; otherwise it names them and stops.
+#
+# Idempotent: a second run installs nothing new. The Horovod wheel it built is kept in pip's cache folder
+# (`pip cache dir`, so PIP_CACHE_DIR moves it), under tf-recipes-wheels/horovod-0.28.1-tfTF-pyPY-gloo-mpi/;
+# a fresh .venv on the same machine installs that wheel instead of compiling Horovod again. The folder
+# names what the wheel was built with, so a wheel built without MPI is never reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -122,25 +128,64 @@ log "installing tf-recipes and its dependencies into $venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "stacks/$stack.txt" -e ".[dev]"
 
 if [ "$with_horovod" = 1 ]; then
-    if "$venv/bin/python" -c "import horovod.tensorflow" 2>/dev/null; then
-        log "horovod already installed: $("$venv/bin/python" -c 'import horovod; print(horovod.__version__)')"
+    # Exit status 0 when the venv's Horovod has both controllers, 1 when it lacks one, other when none imports.
+    horovod_controllers='import sys, horovod.tensorflow as h; sys.exit(0 if h.gloo_built() and h.mpi_built() else 1)'
+    if "$venv/bin/python" -c "$horovod_controllers" 2>/dev/null; then
+        log "horovod already installed with Gloo and MPI: $("$venv/bin/python" -c 'import horovod; print(horovod.__version__)')"
     else
-        for tool in cmake g++; do
-            command -v "$tool" >/dev/null || { log "ERROR: building Horovod needs $tool (apt-get install $tool)"; exit 1; }
-        done
-        log "building horovod 0.28.1 against TensorFlow $tensorflow with Gloo"
-        read -r cc cxx <<<"$(horovod_compilers)" || true
-        if [ -n "${cc:-}" ]; then
-            export CC="$cc" CXX="$cxx"
-            log "compiling Horovod with $CC and $CXX ($("$CXX" -dumpfullversion))"
-        else
-            log "compiling Horovod with the default compiler, no gcc-12/g++-12 on PATH ($(g++ -dumpfullversion 2>/dev/null || echo '?'))"
+        # MPI: the headers and mpicxx to build against (libopenmpi-dev), mpirun to run (openmpi-bin).
+        mpi_packages=()
+        command -v mpicxx >/dev/null || mpi_packages+=(libopenmpi-dev)
+        command -v mpirun >/dev/null || mpi_packages+=(openmpi-bin)
+        if ((${#mpi_packages[@]})); then
+            [ "$(id -u)" = 0 ] || { log "ERROR: Horovod's MPI controller needs OpenMPI (apt-get install ${mpi_packages[*]})"; exit 1; }
+            log "installing ${mpi_packages[*]} (Horovod's MPI controller)"
+            export DEBIAN_FRONTEND=noninteractive
+            { apt-get install -y -qq --no-install-recommends "${mpi_packages[@]}" >/dev/null 2>&1 ||
+              { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${mpi_packages[@]}" >/dev/null; }; } ||
+                { log "ERROR: apt-get could not install ${mpi_packages[*]}"; exit 1; }
         fi
-        # --no-build-isolation: Horovod must compile against the TensorFlow installed here.
-        HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-        HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-            "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
-                -c "stacks/$stack.txt" "horovod==0.28.1"
+        # The wheel's folder names what it was built with (see the header); with pip's cache disabled
+        # (PIP_NO_CACHE_DIR) it is built into a temporary folder and not kept.
+        key="horovod-0.28.1-tf$tensorflow-py$python_version-gloo-mpi"
+        if cache=$("$venv/bin/python" -m pip cache dir 2>/dev/null) && [ -n "$cache" ]; then
+            wheels="$cache/tf-recipes-wheels/$key"
+        else
+            wheels=$(mktemp -d)
+            trap 'rm -rf "$wheels"' EXIT
+        fi
+        built_wheel() { find "$wheels" -maxdepth 1 -name 'horovod-0.28.1-*.whl' 2>/dev/null | head -n 1 || true; }
+        wheel=$(built_wheel)
+        if [ -n "$wheel" ]; then
+            log "installing the Horovod wheel built before: $wheel"
+        else
+            for tool in cmake g++; do
+                command -v "$tool" >/dev/null || { log "ERROR: building Horovod needs $tool (apt-get install $tool)"; exit 1; }
+            done
+            log "building horovod 0.28.1 against TensorFlow $tensorflow with Gloo and MPI ($(mpirun --version 2>/dev/null | head -n 1))"
+            read -r cc cxx <<<"$(horovod_compilers)" || true
+            if [ -n "${cc:-}" ]; then
+                export CC="$cc" CXX="$cxx"
+                log "compiling Horovod with $CC and $CXX ($("$CXX" -dumpfullversion))"
+            else
+                log "compiling Horovod with the default compiler, no gcc-12/g++-12 on PATH ($(g++ -dumpfullversion 2>/dev/null || echo '?'))"
+            fi
+            mkdir -p "$wheels"
+            # --no-build-isolation: Horovod must compile against the TensorFlow installed here.
+            # --no-cache-dir: pip's own wheel cache is keyed by the source alone, and could hand back a
+            # wheel built with other HOROVOD_* choices.
+            HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
+            HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+                "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-build-isolation \
+                    --no-cache-dir --no-deps -c "stacks/$stack.txt" -w "$wheels" "horovod==0.28.1"
+            wheel=$(built_wheel)
+            [ -n "$wheel" ] || { log "ERROR: pip built no horovod wheel in $wheels"; exit 1; }
+        fi
+        # The same version may be installed without MPI: replace it.
+        "$venv/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y horovod >/dev/null 2>&1 || true
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "stacks/$stack.txt" "$wheel"
+        "$venv/bin/python" -c "$horovod_controllers" 2>/dev/null ||
+            { log "ERROR: the Horovod installed from $wheel lacks Gloo or MPI; remove $wheels and run again"; exit 1; }
     fi
     "$venv/bin/horovodrun" --check-build
 fi

@@ -2,8 +2,12 @@
 per node with all its GPUs (mirrored, single node only).
 
     multiworker  srun python train.py --launcher multiworker   (SlurmClusterResolver reads SLURM_*)
-    horovod      srun --mpi=pmix python train.py --launcher horovod   (Horovod's MPI controller)
+    horovod      srun --mpi=pmix python train.py --launcher horovod   (Horovod's MPI controller; `mpi`
+                 names another of the cluster's `srun --mpi=list` plugins, e.g. pmi2)
     mirrored     srun --ntasks=1 python train.py --launcher mirrored
+
+Every task gets `--cpus-per-task` CPUs: the script passes it on to srun (SRUN_CPUS_PER_TASK), which
+Slurm 22.05 to 23.02 does not do by itself.
 
 A task runs in one of three ways: the checkout's Python on the compute nodes; inside Apptainer with a
 .sif image (`apptainer exec --nv`), as most HPC sites run containers; or inside an Enroot container
@@ -30,6 +34,8 @@ DEFAULT_SIGNAL_GRACE = 120
 _TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE|infinite|unlimited")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # job, account and partition names
 _NAMES = re.compile(rf"{_NAME.pattern}(,{_NAME.pattern})*")  # --partition takes a list
+DEFAULT_MPI = "pmix"
+_MPI = re.compile(r"[a-z][a-z0-9_]*")  # srun --mpi plugin names: pmix, pmix_v4, pmi2, cray_shasta
 
 
 def check_sbatch_fields(*, time: str, job_name: str, partition: str | None, account: str | None,
@@ -50,8 +56,11 @@ def check_sbatch_fields(*, time: str, job_name: str, partition: str | None, acco
 
 
 def _check_request(launcher: str, *, nodes: int, gpus_per_node: int, sif: str | None,
-                   container_image: str | None, data_dir: str | None) -> None:
+                   container_image: str | None, data_dir: str | None, mpi: str) -> None:
     check_choice("launcher", launcher, LAUNCHERS)
+    if not _MPI.fullmatch(mpi or "") or mpi == "none":
+        raise LaunchError(f"--mpi {mpi!r} is not an srun MPI plugin; use pmix (the default) or another name "
+                          "`srun --mpi=list` prints, such as pmi2")
     if nodes < 1 or gpus_per_node < 0:
         raise LaunchError(f"--nodes {nodes} / --gpus-per-node {gpus_per_node}: need nodes >= 1, gpus >= 0")
     if launcher in ("mirrored", "single") and nodes != 1:
@@ -89,7 +98,8 @@ def _directives(launcher: str, *, job_name: str, nodes: int, gpus_per_node: int,
 
 
 def _srun_command(recipe: str, launcher: str, train_args, *, gpus_per_node: int, sif: str | None,
-                  container_image: str | None, data_dir: str | None, module: str | None = None) -> str:
+                  container_image: str | None, data_dir: str | None, mpi: str = DEFAULT_MPI,
+                  module: str | None = None) -> str:
     """The srun line: every task runs train.py (or `python -m MODULE`, the preflight check), on the
     host, in Apptainer or through Pyxis."""
     inside = bool(sif or container_image)
@@ -100,7 +110,7 @@ def _srun_command(recipe: str, launcher: str, train_args, *, gpus_per_node: int,
     if data_dir and not module:
         train_args += ["--data-dir", "/data" if inside else data_dir]
     train = build_train_command(recipe, launcher, train_args, module=module)
-    srun = ["srun", "--kill-on-bad-exit=1"] + (["--mpi=pmix"] if launcher == "horovod" else [])
+    srun = ["srun", "--kill-on-bad-exit=1"] + ([f"--mpi={mpi}"] if launcher == "horovod" else [])
     if sif:
         binds = ["--bind", ShellWord('"$RESULTS":/results')] + (["--bind", f"{data_dir}:/data:ro"] if data_dir else [])
         # No --cleanenv here: the tasks need SLURM_* (cluster resolver) and PMIX_* (MPI) inside.
@@ -115,6 +125,26 @@ def _srun_command(recipe: str, launcher: str, train_args, *, gpus_per_node: int,
     else:
         runner = []
     return shell_join(srun + runner + train)
+
+
+def _environment(launcher: str, *, gpus_per_node: int, cpus_per_task: int, checkout: bool, mpi: str) -> list[str]:
+    """The script's lines between its results folder and its first srun: what every task inherits."""
+    lines = [
+        "# Slurm 22.05 to 23.02: srun does not take --cpus-per-task from the job, so tasks can get fewer CPUs",
+        "# than asked for; SchedMD's fix is to hand it to srun.",
+        f'export SRUN_CPUS_PER_TASK="${{SLURM_CPUS_PER_TASK:-{cpus_per_task}}}"',
+        "# The GPUs each task must see; train.py stops with one line (status 2) when TensorFlow sees fewer.",
+        f"export {contract.GPUS_PER_PROCESS_ENV}="
+        f"{gpus_per_node if launcher in ('single', 'mirrored') else min(gpus_per_node, 1)}",
+    ]
+    if checkout:  # not in a container, whose image sets it
+        lines.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"')
+    if launcher == "multiworker":
+        lines.append("# Each task is one worker; SlurmClusterResolver builds the cluster from SLURM_* and")
+        lines.append("# gives each task its GPU. The chief (task 0) writes results.json.")
+    elif launcher == "horovod":
+        lines.append(f"# Each task is one Horovod rank (MPI through srun --mpi={mpi}); rank 0 writes results.json.")
+    return lines
 
 
 def _on_stop(requeue: bool) -> list[str]:
@@ -139,21 +169,23 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
                   time: str = "01:00:00", partition: str | None = None, account: str | None = None,
                   job_name: str | None = None, cpus_per_task: int = 8, tasks_per_node: int | None = None,
                   signal_grace: int = DEFAULT_SIGNAL_GRACE, requeue: bool = False, preflight: bool = False,
-                  preflight_deadline: int = PREFLIGHT_DEFAULT_DEADLINE) -> str:
+                  preflight_deadline: int = PREFLIGHT_DEFAULT_DEADLINE, mpi: str = DEFAULT_MPI) -> str:
     """The text of an sbatch script; submit it from the repository root with `sbatch FILE`.
 
     `preflight`: a first step, with the same srun and container flags, runs `python -m
-    common.preflight` in every task; the job ends there (status 4) when the cluster is broken."""
+    common.preflight` in every task; the job ends there (status 4) when the cluster is broken.
+    `mpi`: the srun MPI plugin the horovod ranks start through (`srun --mpi=MPI`): pmix, or pmi2 on a
+    cluster without PMIx (its MPI library must then support PMI-2)."""
     job_name = f"tf-recipes-{recipe}" if job_name is None else job_name
     check_sbatch_fields(time=time, job_name=job_name, partition=partition, account=account,
                         signal_grace=signal_grace)
     _check_request(launcher, nodes=nodes, gpus_per_node=gpus_per_node, sif=sif, container_image=container_image,
-                   data_dir=data_dir)
+                   data_dir=data_dir, mpi=mpi)
     directives = _directives(launcher, job_name=job_name, nodes=nodes, gpus_per_node=gpus_per_node,
                              tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, time=time,
                              signal_grace=signal_grace, partition=partition, account=account, requeue=requeue)
     command = _srun_command(recipe, launcher, train_args, gpus_per_node=gpus_per_node, sif=sif,
-                            container_image=container_image, data_dir=data_dir)
+                            container_image=container_image, data_dir=data_dir, mpi=mpi)
     lines = ["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
         "",
         f"# {recipe} with --launcher {launcher} on {nodes} node(s) x {gpus_per_node} GPU(s).",
@@ -162,22 +194,14 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
         'cd "${SLURM_SUBMIT_DIR}"',
         f'RESULTS="$PWD/results/{recipe}/slurm-${{SLURM_JOB_ID}}"',
         'mkdir -p "$RESULTS"',
-        "# The GPUs each task must see; train.py stops with one line (status 2) when TensorFlow sees fewer.",
-        f"export {contract.GPUS_PER_PROCESS_ENV}="
-        f"{gpus_per_node if launcher in ('single', 'mirrored') else min(gpus_per_node, 1)}",
+        *_environment(launcher, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task,
+                      checkout=not (sif or container_image), mpi=mpi),
     ]
-    if not (sif or container_image):
-        lines.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"')
-    if launcher == "multiworker":
-        lines.append("# Each task is one worker; SlurmClusterResolver builds the cluster from SLURM_* and")
-        lines.append("# gives each task its GPU. The chief (task 0) writes results.json.")
-    elif launcher == "horovod":
-        lines.append("# Each task is one Horovod rank (MPI through PMIx); rank 0 writes results.json.")
     if preflight:
         check = _srun_command(recipe, launcher, ["--deadline", str(preflight_deadline), "--run-id",
                                                  ShellWord('"$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}"')],
                               gpus_per_node=gpus_per_node, sif=sif, container_image=container_image,
-                              data_dir=data_dir, module=PREFLIGHT_MODULE)
+                              data_dir=data_dir, mpi=mpi, module=PREFLIGHT_MODULE)
         lines += [
             "# Preflight: every task reports its host, devices and versions, one all-reduce is checked, and",
             f"# the job stops here (status 4, naming the tasks) if that fails within {preflight_deadline} s.",

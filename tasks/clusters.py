@@ -31,14 +31,15 @@ from tasks import host
         "signal-grace": "seconds before the time limit at which the tasks get SIGUSR1 and checkpoint",
         "requeue": "when the job stops on a signal with a checkpoint, requeue it; it resumes by itself",
         "preflight": "first run `python -m common.preflight` in every task (invoke preflight); a broken cluster stops the job",
+        "mpi": "srun's MPI plugin for the horovod ranks: pmix (default), or pmi2 on a cluster without PMIx",
         "out": "write the script here instead of printing it",
         "dry": "print the script even when --out is given; write nothing",
     },
 )
 def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_per_node="1", cpus_per_task="8",
            sif=None, container_image=None, data_dir=None, time="01:00:00", partition=None, account=None,
-           job_name=None, signal_grace=str(slurm.DEFAULT_SIGNAL_GRACE), requeue=False, preflight=False, out=None,
-           dry=False):
+           job_name=None, signal_grace=str(slurm.DEFAULT_SIGNAL_GRACE), requeue=False, preflight=False,
+           mpi=slurm.DEFAULT_MPI, out=None, dry=False):
     """Render an sbatch script that runs RECIPE on a SLURM cluster; arguments after -- go to train.py."""
     try:
         host.check_recipe(recipe, "sbatch")
@@ -49,7 +50,8 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
             data_dir=data_dir, time=time, partition=partition, account=account, job_name=job_name,
             tasks_per_node=launch.parse_count("--tasks-per-node", tasks_per_node, minimum=1),
             cpus_per_task=launch.parse_count("--cpus-per-task", cpus_per_task, minimum=1),
-            signal_grace=launch.parse_count("--signal-grace", signal_grace), requeue=requeue, preflight=preflight)
+            signal_grace=launch.parse_count("--signal-grace", signal_grace), requeue=requeue, preflight=preflight,
+            mpi=mpi)
     except launch.LaunchError as error:
         host.fail(str(error))
     host.write_or_print(text, out, dry, f"submit with: sbatch {out}")

@@ -1,10 +1,18 @@
-"""The sbatch script `invoke sbatch` renders, submitted to a real one-node SLURM cluster.
+"""The sbatch scripts `invoke sbatch` renders, submitted to a real SLURM cluster of two nodes.
 
-`bash ci/slurm-cluster.sh` (root, Debian 12) starts the cluster: munged, slurmctld and slurmd on this
-machine. The job runs `srun python recipes/mnist-cnn/train.py --launcher multiworker` as two tasks on
-CPU; each task finds the cluster through TensorFlow's SlurmClusterResolver (SLURM_* variables, no
-TF_CONFIG), and the chief writes results.json under results/mnist-cnn/slurm-JOBID/.
+`bash ci/slurm-cluster.sh` (root, Debian 12) starts the cluster: munged, slurmctld and one slurmd per
+node, each node in its own network namespace with its own address (tfr-node1 is the host). A job runs
+`srun python recipes/mnist-cnn/train.py` on CPU: under multiworker each task finds the cluster through
+TensorFlow's SlurmClusterResolver (SLURM_* variables, no TF_CONFIG); under horovod `srun --mpi=pmix`
+starts the ranks and OpenMPI wires them up through PMIx. The chief writes results.json under
+results/mnist-cnn/slurm-JOBID/.
+
+One one-node job (two tasks) is shared: its own checks, and the reference the two-node jobs (one task
+on each node) must end with, weight for weight, under multiworker and under horovod alike. Every job
+gives each task one CPU, as the reference does: TensorFlow splits its sums over as many threads as the
+task may use, so another CPU count ends with other last bits.
 """
+import importlib.util
 import os
 import pathlib
 import re
@@ -23,32 +31,45 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
          "BOOT_FAIL", "DEADLINE"}
 
 
-def cluster_problem() -> str | None:
-    """Why no job can run here, or None when the cluster has a node ready for it."""
+def cluster_problem(nodes: int = 1) -> str | None:
+    """Why no job of `nodes` nodes can run here, or None when the cluster has that many nodes up."""
     if not shutil.which("sbatch"):
         return "sbatch is not installed"
     try:
-        info = subprocess.run(["sinfo", "--noheader", "--format=%t"], capture_output=True, text=True, timeout=60)
+        info = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%N %t"], capture_output=True, text=True,
+                              timeout=60)
     except subprocess.TimeoutExpired:
         return "sinfo got no answer from slurmctld within 60 s"
     if info.returncode != 0:
         return f"sinfo failed: {info.stderr.strip()[-300:]}"
-    states = info.stdout.split()
-    if not {"idle", "mix"} & set(states):
-        return f"no node is idle (sinfo states: {' '.join(states) or 'none'})"
+    states = dict(line.split() for line in set(info.stdout.splitlines()) if line.strip())
+    # A node running other jobs still takes this one (it waits); down, drained or unknown nodes do not.
+    up = [node for node, state in states.items() if state in {"idle", "mix", "alloc", "comp"}]
+    if len(up) < nodes:
+        shown = " ".join(f"{node}={state}" for node, state in sorted(states.items())) or "none"
+        return f"{len(up)} node(s) up, {nodes} needed (sinfo: {shown})"
     return None
+
+
+def require_cluster(nodes: int) -> None:
+    # ci/test.sh starts the cluster and sets TF_RECIPES_STRICT=1: there a missing cluster fails the
+    # run instead of skipping; elsewhere the skip says how to start one.
+    problem = cluster_problem(nodes)
+    if problem:
+        message = f"no SLURM cluster of {nodes} node(s) ({problem}): run `bash ci/slurm-cluster.sh` as root"
+        if os.environ.get("TF_RECIPES_STRICT") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 @pytest.fixture(scope="module")
 def slurm_cluster():
-    # ci/test.sh starts the cluster and sets TF_RECIPES_STRICT=1: there a missing cluster fails the
-    # run instead of skipping; elsewhere the skip says how to start one.
-    problem = cluster_problem()
-    if problem:
-        message = f"no SLURM cluster ({problem}): run `bash ci/slurm-cluster.sh` as root"
-        if os.environ.get("TF_RECIPES_STRICT") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_cluster(1)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(slurm_cluster):
+    require_cluster(2)
 
 
 def job_fields(job_id: str) -> dict:
@@ -102,31 +123,37 @@ class Job:
         self.output.unlink(missing_ok=True)
 
 
-def submit_script(script, tf_log_level="2") -> Job:
+def submit_script(script, tf_log_level="2", env=None) -> Job:
     """`sbatch` the script from the repository root; the Job, not waited for.
 
     The script runs `python`: the tasks must find this interpreter (the venv with TensorFlow), so its
     folder leads PATH and the job inherits the environment. SLURM_LABELIO makes srun prefix every
-    output line with its task number."""
+    output line with its task number. `env`: more variables for the job."""
     env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "SLURM_LABELIO": "1", "TF_CPP_MIN_LOG_LEVEL": tf_log_level}
+           "SLURM_LABELIO": "1", "TF_CPP_MIN_LOG_LEVEL": tf_log_level, **(env or {})}
     submitted = subprocess.run(["sbatch", "--parsable", "--export=ALL", str(script)], cwd=REPO, env=env,
                                capture_output=True, text=True, timeout=60)
     assert_ok(submitted)
     return Job(submitted.stdout.strip().split(";")[0])
 
 
+def render(folder, launcher, *train_args, nodes=1, tasks_per_node=1, cpus_per_task=1, options=(), name=None):
+    """`invoke sbatch` on CPU nodes (`options`: more of its flags): the script's path."""
+    script = folder / (name or f"{launcher}-{nodes}x{tasks_per_node}x{cpus_per_task}.sbatch")
+    assert_ok(run_invoke("sbatch", RECIPE, "--launcher", launcher, "--nodes", str(nodes), "--gpus-per-node", "0",
+                         "--tasks-per-node", str(tasks_per_node), "--cpus-per-task", str(cpus_per_task), *options,
+                         "--out", str(script), "--", *train_args))
+    return script
+
+
 @pytest.fixture
 def submit(slurm_cluster, tmp_path):
-    """submit(TRAIN_ARGS): render the multiworker script, submit it from the repository root, wait."""
+    """submit(TRAIN_ARGS): render the one-node multiworker script, submit it from the repository root, wait."""
     jobs = []
 
     def submit(*train_args) -> Job:
-        script = tmp_path / "job.sbatch"
         # One node, two worker tasks on CPU. One core per task: the test node may have only two.
-        assert_ok(run_invoke("sbatch", RECIPE, "--launcher", "multiworker", "--nodes", "1", "--gpus-per-node", "0",
-                             "--tasks-per-node", "2", "--cpus-per-task", "1", "--out", str(script),
-                             "--", *train_args))
+        script = render(tmp_path, "multiworker", *train_args, tasks_per_node=2)
         job = submit_script(script, tf_log_level="0")  # TensorFlow's own log shows each task's server
         jobs.append(job)
         return job.wait()
@@ -136,8 +163,20 @@ def submit(slurm_cluster, tmp_path):
         job.remove_files()
 
 
-def test_multiworker_job_trains_with_two_srun_tasks(submit):
-    job = submit("--synthetic", "--max-steps", "5", "--log-every", "1")
+TRAIN = ["--synthetic", "--max-steps", "5", "--log-every", "1"]
+
+
+@pytest.fixture(scope="module")
+def one_node_job(slurm_cluster, tmp_path_factory):
+    """mnist-cnn under multiworker as two srun tasks on one node, one CPU each; ended."""
+    job = submit_script(render(tmp_path_factory.mktemp("one-node"), "multiworker", *TRAIN, tasks_per_node=2),
+                        tf_log_level="0").wait()  # TensorFlow's own log shows each task's server
+    yield job
+    job.remove_files()
+
+
+def test_multiworker_job_trains_with_two_srun_tasks(one_node_job):
+    job = one_node_job
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
     print(f"job {job.id}: RunTime {job.fields['RunTime']}, {job.elapsed:.0f} s from submission to end")
 
@@ -155,6 +194,95 @@ def test_multiworker_job_trains_with_two_srun_tasks(submit):
             job.describe()
     assert re.search(r"^0: mnist-cnn: launcher multiworker, 2 process\(es\), 2 replica\(s\)", log, re.M), \
         job.describe()
+
+
+def horovod_mpi_problem() -> str | None:
+    """Why this venv's Horovod cannot start its ranks under srun (it needs its MPI controller), or None.
+    Read from the extension's shared-library list, without importing TensorFlow."""
+    spec = importlib.util.find_spec("horovod")
+    if spec is None:
+        return "Horovod is not installed"
+    extensions = list(pathlib.Path(spec.origin).parent.glob("tensorflow/mpi_lib*.so"))
+    if not extensions or b"libmpi.so" not in extensions[0].read_bytes():
+        return "this Horovod was built without MPI"
+    return None
+
+
+@pytest.fixture(scope="module")
+def horovod_with_mpi():
+    problem = horovod_mpi_problem()
+    if problem:
+        message = f"{problem}; srun starts Horovod ranks through MPI: run `bash ci/setup.sh --horovod`"
+        if os.environ.get("TF_RECIPES_STRICT") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def test_multiworker_runs_one_task_on_each_of_two_nodes(two_nodes, one_node_job, tmp_path):
+    job = submit_script(render(tmp_path, "multiworker", *TRAIN, nodes=2), tf_log_level="0").wait()
+    try:
+        assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
+        results = read_results(job.results)
+        assert (results["launcher"], results["workers"], results["nodes"], results["steps"]) == \
+            ("multiworker", 2, 2, 5), results
+        # The same global batch (2 x 128) over the same data: the weights of the one-node job, bit for bit.
+        assert results["replica_fingerprints"] == read_results(one_node_job.results)["replica_fingerprints"]
+        # One task per node, each with its own address: both servers listen on port 8888.
+        log = job.log()
+        for task in (0, 1):
+            assert re.search(rf"^{task}: .*Started server with target: grpc://\S+:8888$", log, re.M), job.describe()
+        print(f"job {job.id} on {job.fields['NodeList']}: {job.elapsed:.0f} s from submission to end")
+    finally:
+        job.remove_files()
+
+
+def test_horovod_ranks_start_through_srun_mpi_pmix_on_two_nodes(two_nodes, horovod_with_mpi, one_node_job, tmp_path):
+    script = render(tmp_path, "horovod", *TRAIN, nodes=2)
+    assert re.search(r"^srun --kill-on-bad-exit=1 --mpi=pmix python recipes/mnist-cnn/train.py --launcher horovod ",
+                     script.read_text(), re.M)
+    job = submit_script(script).wait()
+    try:
+        assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
+        results = read_results(job.results)
+        # nodes is Horovod's cross_size: OpenMPI saw the two ranks on two nodes.
+        assert (results["launcher"], results["workers"], results["nodes"], results["steps"]) == \
+            ("horovod", 2, 2, 5), results
+        # Horovod sums the same gradients as MultiWorkerMirroredStrategy: the one-node multiworker weights.
+        assert results["replica_fingerprints"] == read_results(one_node_job.results)["replica_fingerprints"]
+        assert re.search(r"^0: mnist-cnn: launcher horovod, 2 process\(es\), 2 replica\(s\)", job.log(), re.M), \
+            job.describe()
+        print(f"job {job.id} on {job.fields['NodeList']}: {job.elapsed:.0f} s from submission to end")
+    finally:
+        job.remove_files()
+
+
+# Each task prints its node, its SLURM_PROCID and how many CPUs the kernel lets it run on.
+CPU_PROBE = ("python -c 'import os; print(\"cpus\", os.environ[\"SLURMD_NODENAME\"], os.environ[\"SLURM_PROCID\"], "
+             "len(os.sched_getaffinity(0)))'")
+
+
+def test_every_srun_task_may_use_the_cpus_per_task_it_asked_for(two_nodes, tmp_path):
+    """2 nodes x 1 task x 2 CPUs. The script as rendered, but for what its srun line starts: a probe
+    instead of train.py. SLURM_EXACT=1 gives each task only what srun asks for, as tasks that share a
+    bigger node get (an explicit --cpus-per-task, which the script's SRUN_CPUS_PER_TASK is, implies
+    it anyway); without SRUN_CPUS_PER_TASK, srun of Slurm 22.05 to 23.02 asks for 1 CPU per task."""
+    script = render(tmp_path, "multiworker", nodes=2, cpus_per_task=2)
+    text = script.read_text()
+    assert 'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"' in text
+    probed, count = re.subn(r"(?m)^(srun --kill-on-bad-exit=1) python recipes/\S+/train\.py .*( \|\| status=\$\?)$",
+                            lambda m: f"{m[1]} {CPU_PROBE}{m[2]}", text)
+    assert count == 1, text
+    script.write_text(probed)
+    env = {"SLURM_EXACT": "1"}
+    job = submit_script(script, env=env).wait()
+    try:
+        assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
+        reports = sorted(re.findall(r"^\d+: cpus (\S+) (\d+) (\d+)$", job.log(), re.M), key=lambda r: r[1])
+        assert [(rank, int(cpus)) for _, rank, cpus in reports] == [("0", 2), ("1", 2)], job.describe()
+        assert len({node for node, _, _ in reports}) == 2, job.describe()  # one task on each node
+        print(f"job {job.id}: {reports}")
+    finally:
+        job.remove_files()
 
 
 def test_failing_workers_fail_the_job(submit):

@@ -1,10 +1,10 @@
-"""A SLURM job stopped early resumes by itself, on the real one-node cluster (ci/slurm-cluster.sh).
+"""A SLURM job of two nodes stopped early resumes by itself, on the real cluster (ci/slurm-cluster.sh).
 
-The script `invoke sbatch --requeue` renders runs mnist-cnn as two multiworker srun tasks.
-`scancel --signal=USR1` (what `#SBATCH --signal=USR1@...` does before the time limit) stops both tasks
-after the same step with a checkpoint and status 143; the script requeues the job, which keeps its id
-and results folder, resumes from the checkpoint and ends with the fingerprints of a job that was never
-stopped.
+The script `invoke sbatch --requeue` renders runs mnist-cnn as two multiworker srun tasks, one on each
+node, two CPUs each. `scancel --signal=USR1` (what `#SBATCH --signal=USR1@...` does before the time
+limit) stops both tasks after the same step with a checkpoint and status 143; the script requeues the
+job, which keeps its id and results folder, resumes from the checkpoint on both nodes and ends with the
+fingerprints of the same job never stopped.
 """
 import re
 import subprocess
@@ -12,23 +12,21 @@ import time
 
 import pytest
 
-from helpers import assert_ok, read_results, run_invoke
-from test_slurm_cluster import RECIPE, Job, slurm_cluster, submit_script  # noqa: F401 (fixture)
+from helpers import assert_ok, read_results
+from test_slurm_cluster import Job, render, slurm_cluster, submit_script, two_nodes  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 TRAIN = ["--synthetic", "--batch-size", "32", "--max-steps", "80", "--log-every", "1"]
 
 
 @pytest.fixture
-def submit(slurm_cluster, tmp_path):
-    """submit(): render the --requeue multiworker script, submit it, return the Job (not waited for)."""
+def submit(two_nodes, tmp_path):
+    """submit(): render the --requeue multiworker script for 2 nodes, submit it, return the Job (not waited for)."""
     jobs = []
 
     def submit() -> Job:
-        script = tmp_path / f"job{len(jobs)}.sbatch"
-        assert_ok(run_invoke("sbatch", RECIPE, "--launcher", "multiworker", "--nodes", "1", "--gpus-per-node", "0",
-                             "--tasks-per-node", "2", "--cpus-per-task", "1", "--requeue", "--out", str(script),
-                             "--", *TRAIN))
+        script = render(tmp_path, "multiworker", *TRAIN, nodes=2, cpus_per_task=2, options=["--requeue"],
+                        name=f"job{len(jobs)}.sbatch")
         jobs.append(submit_script(script))
         return jobs[-1]
 
@@ -57,12 +55,15 @@ def test_a_signalled_job_requeues_itself_and_resumes_exactly(submit):
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
     assert int(job.fields["Restarts"]) == 1, job.describe()
 
-    # Both tasks stopped after the same step; the script requeued the job; the second run resumed there.
+    # Both tasks (one per node) stopped after the same step; the script requeued the job; the second
+    # run resumed there, again on both nodes.
     steps = {task: int(step) for task, step in re.findall(r"^([01]): stopped at step (\d+) of", log, re.M)}
     assert sorted(steps) == ["0", "1"] and len(set(steps.values())) == 1, job.describe()
     step = steps["0"]
     assert f"requeueing job {job.id}" in log, job.describe()
     assert re.search(rf"^0: resumed from \S+ckpt-{step} at step {step}$", log, re.M), job.describe()
     results = read_results(job.results)
-    assert results["start_step"] == step and results["steps"] == 80
+    assert (results["nodes"], results["workers"], results["start_step"], results["steps"]) == (2, 2, step, 80), results
     assert results["replica_fingerprints"] == read_results(whole.results)["replica_fingerprints"]
+    print(f"job {job.id}: stopped at step {step} of 80, requeued, resumed; uninterrupted job {whole.id}: "
+          f"{whole.elapsed:.0f} s, stopped and resumed: {job.elapsed:.0f} s after the signal")

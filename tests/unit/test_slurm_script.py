@@ -130,3 +130,65 @@ def test_every_time_format_sbatch_takes_is_accepted(time):
 def test_fields_sbatch_would_reject_are_refused_naming_the_value(field, value, message):
     with pytest.raises(LaunchError, match=re.escape(message)):
         render_sbatch("mnist-cnn", "horovod", nodes=1, gpus_per_node=1, **{field: value})
+
+
+def run_script_recording_srun(tmp_path, text, environ):
+    """Run the script with an srun that logs its arguments and SRUN_CPUS_PER_TASK, one line a call."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "srun").write_text(f'#!/bin/bash\necho "cpus=${{SRUN_CPUS_PER_TASK-unset}} $*" >> {tmp_path}/srun.log\n')
+    (bin_dir / "srun").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_ID": "77", **environ}
+    process = subprocess.run(["bash", "-c", text], env=env, capture_output=True, text=True)
+    assert process.returncode == 0, process.stderr
+    return (tmp_path / "srun.log").read_text().splitlines()
+
+
+@pytest.mark.parametrize("launcher,options", [
+    ("multiworker", {}), ("horovod", {"sif": "/sif/m.sif"}), ("horovod", {"container_image": "nvcr.io#x/y:1"}),
+    ("mirrored", {}),
+])
+def test_every_srun_step_gets_the_jobs_cpus_per_task(tmp_path, launcher, options):
+    # Slurm 22.05 to 23.02 srun does not inherit --cpus-per-task: the script hands it over, to every step.
+    text = render_sbatch("mnist-cnn", launcher, nodes=1, gpus_per_node=2, cpus_per_task=6, preflight=True, **options)
+    assert "--cpus-per-task=6" in directives(text)
+    lines = text.splitlines()
+    export = lines.index('export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-6}"')
+    assert export < min(i for i, line in enumerate(lines) if line.startswith("srun"))
+    assert "--cpus-per-task" in lines[export - 2] + lines[export - 1]  # the comment says why
+    # sbatch sets SLURM_CPUS_PER_TASK (also when `sbatch -c N` overrides the directive); both steps see it.
+    calls = run_script_recording_srun(tmp_path, text, {"SLURM_CPUS_PER_TASK": "4"})
+    assert len(calls) == 2 and all(call.startswith("cpus=4 --kill-on-bad-exit=1 ") for call in calls), calls
+    assert "common.preflight" in calls[0] and "train.py" in calls[1]
+
+
+def test_without_slurm_cpus_per_task_srun_gets_the_rendered_count(tmp_path):
+    text = render_sbatch("mnist-cnn", "multiworker", nodes=2, gpus_per_node=0, cpus_per_task=3)
+    assert run_script_recording_srun(tmp_path, text, {})[0].startswith("cpus=3 --kill-on-bad-exit=1 ")
+
+
+def test_horovod_ranks_start_through_the_mpi_plugin_asked_for():
+    assert srun_line(render_sbatch("mnist-cnn", "horovod", nodes=2, gpus_per_node=8)).startswith(
+        "srun --kill-on-bad-exit=1 --mpi=pmix python ")
+    text = render_sbatch("mnist-cnn", "horovod", nodes=2, gpus_per_node=8, mpi="pmi2", preflight=True)
+    assert [line.split(" python ")[0] for line in text.splitlines() if line.startswith("srun")] == \
+        ["srun --kill-on-bad-exit=1 --mpi=pmi2"] * 2  # the preflight step and training
+    assert "srun --mpi=pmi2" in text  # the comment names it
+    assert "--mpi" not in srun_line(render_sbatch("mnist-cnn", "multiworker", nodes=2, gpus_per_node=8, mpi="pmi2"))
+
+
+@pytest.mark.parametrize("mpi", ["", "none", "pmix; rm -rf ~", "PMIx", "pmix v4"])
+def test_an_mpi_plugin_name_srun_cannot_take_is_refused_naming_it(mpi):
+    with pytest.raises(LaunchError, match=re.escape(f"--mpi {mpi!r} is not an srun MPI plugin")):
+        render_sbatch("mnist-cnn", "horovod", nodes=2, gpus_per_node=8, mpi=mpi)
+
+
+def test_invoke_sbatch_passes_the_mpi_plugin_and_refuses_a_name_that_is_none():
+    from helpers import run_invoke
+
+    rendered = run_invoke("sbatch", "mnist-cnn", "--mpi", "pmi2", "--dry", timeout=120)
+    assert rendered.returncode == 0, rendered.stderr
+    assert "srun --kill-on-bad-exit=1 --mpi=pmi2 python recipes/mnist-cnn/train.py --launcher horovod" in rendered.stdout
+    refused = run_invoke("sbatch", "mnist-cnn", "--mpi", "pmix; rm -rf ~", "--dry", timeout=120)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+    assert len(refused.stderr.strip().splitlines()) == 1 and "--mpi" in refused.stderr, refused.stderr
