@@ -3,7 +3,9 @@
 - `setup.sh`, `test.sh`, `docker-engine.sh`, `slurm-cluster.sh`, `measure-image.sh`: set up a machine
   and run the test suite (`bash ci/test.sh --fast` for the unit tier, `bash ci/test.sh` for all).
 - `debian-rootfs.sh`: a fresh Debian root file system (bookworm or trixie) in which the README's quick
-  start is run as a newcomer runs it (tests/integration/test_quickstart_debian.py).
+  start is run as a newcomer runs it (tests/integration/test_quickstart_debian.py); sid for `apptainer.sh`.
+- `apptainer.sh`: an `apptainer` command on machines without one (on Debian 12: Debian unstable's, in a
+  root file system of its own), for `--runtime apptainer` and tests/integration/test_apptainer.py.
 - `runner-preflight.sh`: what a self-hosted GPU runner needs, checked first by the nightly gpu job.
 - `ci.nightly`: the nightly container CI (`invoke nightly`): the matrix, its planning, the runner, the
   report and the issue filer.

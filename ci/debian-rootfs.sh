@@ -5,6 +5,7 @@
 #
 #   bash ci/debian-rootfs.sh bookworm DIR   # Debian 12, Python 3.11
 #   bash ci/debian-rootfs.sh trixie DIR     # Debian 13, Python 3.13
+#   bash ci/debian-rootfs.sh sid DIR        # Debian unstable (ci/apptainer.sh installs Apptainer in it)
 #
 # The first time, `debootstrap --variant=minbase` builds the tree (about a minute) and a tarball of it
 # is kept in the cache folder; later calls only extract that tarball. Delete the tarball to rebuild it
@@ -17,13 +18,13 @@
 #   DEBIAN_MIRROR            the archive debootstrap reads (default http://deb.debian.org/debian)
 set -euo pipefail
 
-usage() { echo "usage: $0 bookworm|trixie DIR" >&2; exit 2; }
+usage() { echo "usage: $0 bookworm|trixie|sid DIR" >&2; exit 2; }
 die() { echo "ci/debian-rootfs.sh: error: $1" >&2; exit "${2:-1}"; }
 log() { printf '[debian-rootfs] %s\n' "$*" >&2; }
 
 [ $# -eq 2 ] || usage
 suite=$1
-case "$suite" in bookworm|trixie) ;; *) die "unknown suite '$suite' (known: bookworm, trixie)" 2 ;; esac
+case "$suite" in bookworm|trixie|sid) ;; *) die "unknown suite '$suite' (known: bookworm, trixie, sid)" 2 ;; esac
 [ -n "$2" ] || usage
 dir=$(realpath -m -- "$2")
 [ "$dir" != / ] || die "refusing to make a root filesystem in /" 2

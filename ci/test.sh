@@ -5,14 +5,15 @@
 #   tests/unit         builders, planning, parsing, YAML/manifest/workflow checks, README dry runs:
 #                      seconds each; no training, no Docker engine, no SLURM
 #   tests/recipes      each recipe's data, input pipeline, model, damaged data, one-process training
-#   tests/integration  launchers in several processes, Docker, SLURM, act, Kubernetes in Docker,
-#                      stop and resume, several hosts, benchmarks, the quick start on fresh Debian 12
-#                      and 13 root file systems
+#   tests/integration  launchers in several processes, Docker, Apptainer, SLURM, act, Kubernetes in
+#                      Docker, stop and resume, several hosts, benchmarks, the quick start on fresh
+#                      Debian 12 and 13 root file systems
 #
 #   bash ci/test.sh                 # everything, on the ngc-25.02 stack: .venv with Horovod
-#                                   # (ci/setup.sh), a Docker engine (ci/docker-engine.sh) and a
-#                                   # one-node SLURM cluster (ci/slurm-cluster.sh), both need root;
-#                                   # then the whole suite
+#                                   # (ci/setup.sh), a Docker engine (ci/docker-engine.sh), a
+#                                   # two-node SLURM cluster (ci/slurm-cluster.sh) and an `apptainer`
+#                                   # command (ci/apptainer.sh), all three need root; then the
+#                                   # whole suite
 #   bash ci/test.sh -k parity       # extra arguments go to pytest
 #   bash ci/test.sh --fast          # tests/unit only, under 3 minutes: ci/setup.sh, no Docker, no SLURM
 #   bash ci/test.sh --fast -k k8s   # extra arguments go to pytest here too
@@ -50,4 +51,5 @@ if [ "$fast" = 1 ]; then
 fi
 bash ci/docker-engine.sh
 bash ci/slurm-cluster.sh
+bash ci/apptainer.sh
 exec .venv/bin/python -m pytest "$@"

@@ -85,11 +85,19 @@ def _in_runtime(c, plan, *, recipe, runtime, stack, base, image, gpus, data_dir,
             network="host" if multi_host else None,  # workers on other hosts reach these ports
             memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
             name=launch.container_name(recipe, results_dir, str(os.getpid())), docker=docker), {}
+    sif = image or host.sif_path(c, recipe, base, stack)
+    if not dry:
+        if not shutil.which(cfg["apptainer"]):
+            host.fail(f"{cfg['apptainer']} is not installed or not on PATH: install Apptainer (on Debian 12, as root: "
+                      "bash ci/apptainer.sh)")
+        if not os.path.isfile(os.path.join(host.ROOT, sif)):  # relative to the repository, where it runs
+            host.fail(f"SIF {sif} is not built; run `invoke build {recipe} --stack {stack} --base {base} "
+                      "--runtime apptainer` first")
     if gpus:
         env.pop("CUDA_VISIBLE_DEVICES")  # apptainer exec sets it from --gpus
     return containers.build_apptainer_exec_command(
-        image or host.sif_path(c, recipe, base, stack), plan.argv, gpus=gpus, env=env, data_dir=data_dir,
-        results_dir=results_dir, apptainer=cfg["apptainer"]), {}
+        sif, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
+        apptainer=cfg["apptainer"]), {}
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,11 @@ class Cell:
         return self.launcher == self.reference
 
     @property
+    def docker_id(self) -> str:
+        """The same cell under Docker, in the image an Apptainer cell's SIF is made from."""
+        return f"{self.recipe}/{self.launcher}/docker/{self.image}"
+
+    @property
     def single_id(self) -> str:
         """The recipe's single-device cell: the denominator of the speed ratio."""
         return f"{self.recipe}/single/{self.runtime}/{self.image}"
@@ -234,11 +239,12 @@ def plan_night(matrix: Matrix, tier: str, only: str | None) -> tuple[list[Cell],
 
 def select(cells: list[Cell], only: str | None) -> list[Cell]:
     """Cells whose id matches the glob or contains the text `only`, plus the reference and
-    single-device cells they are compared with."""
+    single-device cells they are compared with (and, for Apptainer cells, those cells' Docker twins)."""
     if not only:
         return cells
     chosen = {c.id for c in cells if fnmatch.fnmatch(c.id, only) or only in c.id}
     wanted = chosen | {c.reference_id for c in cells if c.id in chosen} | {c.single_id for c in cells if c.id in chosen}
+    wanted |= {c.docker_id for c in cells if c.id in wanted and c.runtime == "apptainer"}
     return [c for c in cells if c.id in wanted]
 
 
@@ -253,14 +259,16 @@ def cell_command(cell: Cell, results_dir: str, data_dir: str | None, invoke: tup
 
 def not_runnable(cell: Cell, facts: dict) -> str | None:
     """Why a cell cannot run on this machine (None: it can). `facts`: docker (an engine answers),
-    apptainer (on PATH), gpus (count), ngc (the NGC base is here or can be pulled), gpu (TensorFlow's
-    GPU image of the current stack is here or can be pulled)."""
+    apptainer (`apptainer version` answers), gpus (count), ngc (the NGC base is here or can be pulled),
+    gpu (TensorFlow's GPU image of the current stack is here or can be pulled)."""
     if cell.gpus > facts.get("gpus", 0):
         return f"needs {cell.gpus} GPU(s); this machine has {facts.get('gpus', 0)}"
     if cell.runtime == "docker" and not facts.get("docker"):
         return "no Docker engine answers"
     if cell.runtime == "apptainer" and not facts.get("apptainer"):
-        return "Apptainer is not installed"
+        return "Apptainer does not run here (no `apptainer` answers; on Debian 12, `bash ci/apptainer.sh` provides one)"
+    if cell.runtime == "apptainer" and not facts.get("docker"):
+        return "no Docker engine answers, and the SIF is made from the recipe's Docker image"
     if cell.base == "ngc" and not facts.get("ngc"):
         return "the NGC base image is neither here nor pullable"
     if cell.base == "gpu" and not facts.get("gpu"):

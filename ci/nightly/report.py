@@ -164,8 +164,9 @@ def write_all(report: dict, nights: list[dict], out: str) -> None:
 
 def render_matrix_table(matrix) -> str:
     """The README's launcher x runtime table: for each tier and stack, which cells it has and which
-    ran on the CI machine (docker/cpu cells do; Apptainer cells of the cpu tier are listed as not run;
-    a gpu tier, which must run every cell, stops at once and red on a machine without GPUs)."""
+    ran on the CI machine (docker/cpu cells do; apptainer/cpu cells too, with the `apptainer` of
+    ci/apptainer.sh, else they are listed as not run; a gpu tier, which must run every cell, stops at
+    once and red on a machine without GPUs)."""
     lines = ["| tier | stack | recipes | launchers | runtime / base | run on the CI machine |",
              "|---|---|---|---|---|---|"]
     for tier, spec in matrix.tiers.items():
@@ -175,8 +176,10 @@ def render_matrix_table(matrix) -> str:
                 for base in (b for b in spec["bases"] if b in STACK_BASES[stack]):
                     lacking = ", ".join(filter(None, (
                         "needs GPUs" if spec.get("gpus") else "", "NGC base" if base == "ngc" else "",
-                        "TensorFlow GPU image" if base == "gpu" else "", "Apptainer" if runtime == "apptainer" else "")))
+                        "TensorFlow GPU image" if base == "gpu" else "")))
                     here = ("yes" if runtime == "docker" and base == "cpu" and not spec.get("gpus")
+                            else "yes, with the `apptainer` of `ci/apptainer.sh` (without one: listed as not run)"
+                            if runtime == "apptainer" and base == "cpu" and not spec.get("gpus")
                             else f"no: the tier stops at once, red ({lacking})" if spec.get("gpus")
                             else f"no: rendered and listed as not run ({lacking})")
                     replicas = "one per GPU" if spec.get("gpus") else "CPU replicas"

@@ -103,10 +103,17 @@ def memlock_allowed(images: dict) -> bool:
                           capture_output=True).returncode == 0
 
 
+def apptainer_works(apptainer: str = "apptainer") -> bool:
+    """`apptainer version` answers (on Debian 12, the command `bash ci/apptainer.sh` writes)."""
+    return shutil.which(apptainer) is not None and subprocess.run(
+        [apptainer, "version"], capture_output=True).returncode == 0
+
+
 def machine_facts(cells, images: dict, docker_answers: bool) -> dict:
     """What the night can use here. `images`: the configured image names (`invoke run`'s settings:
     ngc_base, cpu_base, debian_base, current_gpu_base, current_cpu_base) and the docker client."""
-    facts = {"docker": docker_answers, "apptainer": shutil.which("apptainer") is not None, "gpus": gpu_count()}
+    facts = {"docker": docker_answers, "apptainer": apptainer_works(images.get("apptainer", "apptainer")),
+             "gpus": gpu_count()}
     for base, image in (("ngc", images["ngc_base"]), ("gpu", images["current_gpu_base"])):
         wanted = any(c.base == base and c.gpus <= facts["gpus"] for c in cells)
         facts[base] = bool(wanted and facts["docker"] and image_here_or_pulled(images, image))
@@ -124,8 +131,15 @@ def cpu_base_choice(images: dict) -> str:
     return "slim" if image_here_or_pulled(images, SLIM_BASE) else "bootstrap"
 
 
+# The nightly's SIFs are made and used on the runner itself: zstd builds them about 3x faster than
+# Apptainer's default gzip (commands.containers.SIF_COMPRESSION_ARGS).
+SIF_COMPRESSION = "zstd"
+
+
 def build_steps(cells, facts: dict, images: dict) -> list[tuple[str, list[str]]]:
-    """(name, invoke arguments) of every image the runnable cells need, in order."""
+    """(name, invoke arguments) of every image the runnable cells need, in order: an Apptainer cell's
+    step builds the recipe's Docker image (from the cache when a Docker cell's step built it) and the
+    SIF made from it, which a later night reuses while the image is unchanged."""
     runnable = [c for c in cells if not nightly.not_runnable(c, facts)]
     steps = []
     cpu_stacks = list(dict.fromkeys(c.stack for c in runnable if c.base == "cpu" and c.runtime in ("docker", "apptainer")))
@@ -136,9 +150,15 @@ def build_steps(cells, facts: dict, images: dict) -> list[tuple[str, list[str]]]
         on = "slim" if choice == "slim" else "debian"
         steps += [(f"CPU base of {stack} on {on}", ["images.cpu", "--stack", stack, "--base", on]) for stack in cpu_stacks]
     for cell in {(c.recipe, c.stack, c.base, c.runtime): c for c in runnable if c.runtime != "local"}.values():
-        steps.append((f"{cell.recipe}:{cell.image} ({cell.runtime})",
-                      ["build", cell.recipe, "--stack", cell.stack, "--base", cell.base, "--runtime", cell.runtime]))
+        sif = ["--sif-compression", SIF_COMPRESSION] if cell.runtime == "apptainer" else []
+        steps.append((build_step_name(cell),
+                      ["build", cell.recipe, "--stack", cell.stack, "--base", cell.base, "--runtime", cell.runtime, *sif]))
     return steps
+
+
+def build_step_name(cell) -> str:
+    """The build step a cell's image comes from: `RECIPE:IMAGE (RUNTIME)`."""
+    return f"{cell.recipe}:{cell.image} ({cell.runtime})"
 
 
 def build_images(cells, facts: dict, images: dict, out: str) -> dict[str, str]:
@@ -237,24 +257,34 @@ def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
 
 
 def add_parity(entries: dict) -> None:
-    """Each passing cell against its recipe's reference cell (which must itself have passed)."""
+    """Each passing cell against its recipe's reference cell (which must itself have passed), and each
+    passing Apptainer cell against its Docker twin, when that one ran and passed: the same launcher in
+    the image the SIF was made from must train the same model."""
     for entry in entries.values():
         cell = entry["_cell"]
-        if cell.is_reference or entry["problems"] or not cell.parity:
+        twin = entries.get(cell.docker_id)
+        if (cell.runtime != "docker" and entry.get("status") != "not-run" and not entry["problems"]
+                and twin and twin.get("status") != "not-run" and not twin["problems"]):
+            problems = compare_weights(entry, twin)
+            entry["problems"] += [f"against its Docker cell {cell.docker_id}: {problem}" for problem in problems]
+            entry["parity_with_docker"] = cell.docker_id
+        if cell.is_reference or entry["problems"] or not cell.parity or entry.get("status") == "not-run":
             continue
         reference = entries.get(cell.reference_id)
         if reference is None or reference["problems"] or reference["status"] == "not-run":
             entry["problems"].append(f"no parity check: the reference cell {cell.reference_id} did not pass")
             continue
-        weights = os.path.join(entry["_results_dir"], "final.weights.h5")
-        reference_weights = os.path.join(reference["_results_dir"], "final.weights.h5")
-        try:
-            mine, theirs = load_weights(weights), load_weights(reference_weights)
-        except OSError as error:
-            entry["problems"].append(f"cannot read final weights for the parity check: {error}")
-            continue
-        entry["problems"] += nightly.check_parity(entry["_results"], mine, reference["_results"], theirs)
+        entry["problems"] += compare_weights(entry, reference)
         entry["parity_with"] = cell.reference_id
+
+
+def compare_weights(entry: dict, other: dict) -> list[str]:
+    """nightly.check_parity of two finished cells' results and final weights."""
+    try:
+        mine, theirs = (load_weights(os.path.join(e["_results_dir"], "final.weights.h5")) for e in (entry, other))
+    except OSError as error:
+        return [f"cannot read final weights for the parity check: {error}"]
+    return nightly.check_parity(entry["_results"], mine, other["_results"], theirs)
 
 
 # -- README commands ---------------------------------------------------------------------------
@@ -327,7 +357,7 @@ def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dir
     for index, cell in enumerate(cells, 1):
         why = nightly.not_runnable(cell, facts)
         broken = next((m for n, m in build_failed.items() if n.startswith(("CPU base", "Debian base"))
-                       or n.startswith(f"{cell.recipe}:{cell.base}")), None) or data_errors.get(cell.recipe)
+                       or n == build_step_name(cell)), None) or data_errors.get(cell.recipe)
         if why:
             data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
             command = nightly.cell_command(cell, "RESULTS", data, ("invoke",))

@@ -5,6 +5,7 @@ import pytest
 
 from commands.containers import (
     CONTAINER_WORKDIR,
+    SIF_COMPRESSION_ARGS,
     build_apptainer_build_command,
     build_apptainer_exec_command,
     build_debian_base_commands,
@@ -12,7 +13,9 @@ from commands.containers import (
     build_docker_build_command,
     build_docker_import_command,
     build_docker_run_command,
+    build_docker_save_command,
     build_rootfs_tar_command,
+    build_sif_from_image_commands,
     docker_gpus_value,
     render_apptainer_definition,
 )
@@ -244,6 +247,32 @@ def test_apptainer_build_adds_the_tag_docker_daemon_needs():
 
 def test_apptainer_build_from_a_definition_file():
     assert build_apptainer_build_command("m.sif", "mnist-cnn.def")[-1] == "mnist-cnn.def"
+
+
+def test_apptainer_build_from_a_docker_save_tarball():
+    assert build_apptainer_build_command("m.sif", "/tmp/b/image.tar") == [
+        "apptainer", "build", "m.sif", "docker-archive:/tmp/b/image.tar"]
+
+
+def test_a_sif_is_made_from_the_image_through_docker_save_then_docker_archive():
+    save, build = build_sif_from_image_commands("tf-recipes/mnist-cnn:cpu", "/b/x.sif", "/b/x.tar",
+                                                docker="/usr/bin/docker", apptainer="/opt/apptainer")
+    assert save == build_docker_save_command("tf-recipes/mnist-cnn:cpu", "/b/x.tar", docker="/usr/bin/docker") == [
+        "/usr/bin/docker", "save", "-o", "/b/x.tar", "tf-recipes/mnist-cnn:cpu"]
+    assert build == ["/opt/apptainer", "build", "/b/x.sif", "docker-archive:/b/x.tar"]
+    with pytest.raises(ValueError, match="must end in .tar"):
+        build_sif_from_image_commands("tf-recipes/mnist-cnn:cpu", "/b/x.sif", "/b/x.tgz")
+
+
+def test_sif_compression_gzip_is_apptainers_default_and_zstd_is_passed_to_mksquashfs():
+    assert build_apptainer_build_command("m.sif", "i.tar", compression="gzip") == build_apptainer_build_command(
+        "m.sif", "i.tar")
+    argv = build_apptainer_build_command("m.sif", "i.tar", compression="zstd")
+    assert flag_values(argv, "--mksquashfs-args") == [SIF_COMPRESSION_ARGS["zstd"]] == ["-comp zstd -Xcompression-level 3"]
+    assert argv[-2:] == ["m.sif", "docker-archive:i.tar"]
+    assert flag_values(build_apptainer_build_command("m.sif", "m.def", compression="zstd"), "--mksquashfs-args")
+    with pytest.raises(ValueError, match="'lz4' is unknown; use one of gzip, zstd"):
+        build_apptainer_build_command("m.sif", "i.tar", compression="lz4")
 
 
 def test_apptainer_definition_bootstraps_from_the_base_and_installs_the_recipe():

@@ -52,9 +52,13 @@ def test_cells_that_cannot_run_here_say_why():
     cells = {c.id: c for c in nightly.expand(MATRIX, "gpu") + nightly.expand(MATRIX, "cpu")}
     here = {"docker": True, "apptainer": False, "gpus": 0, "ngc": False}
     assert "GPU" in nightly.not_runnable(cells["mnist-cnn/single/docker/ngc"], here)
-    assert "Apptainer" in nightly.not_runnable(cells["mnist-cnn/single/apptainer/cpu"], here)
+    assert "bash ci/apptainer.sh" in nightly.not_runnable(cells["mnist-cnn/single/apptainer/cpu"], here)
     assert nightly.not_runnable(cells["mnist-cnn/mpirun/docker/cpu"], here) is None
     assert "NGC" in nightly.not_runnable(cells["mnist-cnn/single/docker/ngc"], {**here, "gpus": 8})
+    # With Apptainer, an apptainer cell runs; its SIF is made from the Docker image, so it needs the engine too.
+    assert nightly.not_runnable(cells["mnist-cnn/mpirun/apptainer/cpu"], {**here, "apptainer": True}) is None
+    assert "Docker image" in nightly.not_runnable(cells["mnist-cnn/mpirun/apptainer/cpu"],
+                                                  {**here, "apptainer": True, "docker": False})
 
 
 def test_only_keeps_the_reference_and_single_cells_a_cell_is_compared_with():
@@ -62,6 +66,28 @@ def test_only_keeps_the_reference_and_single_cells_a_cell_is_compared_with():
     chosen = {c.id for c in nightly.select(cells, "cassava-resnet/horovodrun/docker/*")}
     assert chosen == {"cassava-resnet/horovodrun/docker/cpu", "cassava-resnet/mirrored/docker/cpu",
                       "cassava-resnet/single/docker/cpu"}
+    # An Apptainer cell is also compared with the same cells under Docker, in the image its SIF is made from.
+    chosen = {c.id for c in nightly.select(cells, "mnist-cnn/multiworker/apptainer/cpu")}
+    assert chosen == {f"mnist-cnn/{launcher}/{runtime}/cpu" for launcher in ("multiworker", "single")
+                      for runtime in ("apptainer", "docker")}
+
+
+def test_an_apptainer_cell_builds_its_sif_and_a_failed_build_breaks_only_its_own_cells(tmp_path, monkeypatch):
+    from ci.nightly import runner
+
+    monkeypatch.setattr(runner, "cpu_base_choice", lambda images: "debian")  # no engine asked
+    cells = nightly.select(nightly.expand(MATRIX, "cpu"), "mnist-cnn/single/*/cpu")
+    facts = {"docker": True, "apptainer": True, "gpus": 0, "ngc": False, "memlock": True}
+    steps = dict(runner.build_steps(cells, facts, {}))
+    assert steps["CPU base of ngc-25.02 on debian"] == ["images.cpu", "--stack", "ngc-25.02", "--base", "debian"]
+    assert steps["mnist-cnn:cpu (docker)"] == ["build", "mnist-cnn", "--stack", "ngc-25.02", "--base", "cpu",
+                                               "--runtime", "docker"]
+    assert steps["mnist-cnn:cpu (apptainer)"] == ["build", "mnist-cnn", "--stack", "ngc-25.02", "--base", "cpu",
+                                                  "--runtime", "apptainer", "--sif-compression", "zstd"]
+    failed = {"mnist-cnn:cpu (apptainer)": "building mnist-cnn:cpu (apptainer) failed"}
+    entries = runner.run_cells(MATRIX, [c for c in cells if c.runtime == "apptainer"], facts, str(tmp_path),
+                               failed, {}, {})
+    assert entries["mnist-cnn/single/apptainer/cpu"]["problems"] == [failed["mnist-cnn:cpu (apptainer)"]]
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -123,6 +149,30 @@ def test_parity_holds_within_the_tolerance_and_fails_beyond_it():
     moved = {"dense/kernel": weights["dense/kernel"] + 5e-3}
     assert "final weights differ" in nightly.check_parity(reference, moved, reference, weights)[0]
     assert "loss curve differs" in nightly.check_parity(results_of(cell, [2.0, 1.01], []), weights, reference, weights)[0]
+
+
+def test_an_apptainer_cell_is_held_to_its_docker_twin(tmp_path):
+    """add_parity: each passing Apptainer cell against the Docker cell of the same launcher and image."""
+    import h5py
+
+    from ci.nightly import runner
+
+    cells = {c.id: c for c in nightly.select(nightly.expand(MATRIX, "cpu"), "mnist-cnn/single/*/cpu")}
+    weights = np.linspace(-0.1, 0.1, 50)
+    entries = {}
+    for cell_id, shift in (("mnist-cnn/single/docker/cpu", 0.0), ("mnist-cnn/single/apptainer/cpu", 5e-3)):
+        folder = tmp_path / cell_id.replace("/", "-")
+        folder.mkdir()
+        with h5py.File(folder / "final.weights.h5", "w") as handle:
+            handle["dense/kernel"] = weights + shift
+        entries[cell_id] = {"_cell": cells[cell_id], "problems": [], "_results_dir": str(folder),
+                            "_results": results_of(cells[cell_id], [2.0, 1.0], ["a"])}
+    runner.add_parity(entries)
+    twin = entries["mnist-cnn/single/apptainer/cpu"]
+    assert twin["parity_with_docker"] == "mnist-cnn/single/docker/cpu"
+    assert len(twin["problems"]) == 1 and twin["problems"][0].startswith(
+        "against its Docker cell mnist-cnn/single/docker/cpu: final weights differ"), twin["problems"]
+    assert entries["mnist-cnn/single/docker/cpu"]["problems"] == []
 
 
 def night(tier, ratios, status="pass"):

@@ -1,0 +1,110 @@
+"""Apptainer for real: `invoke build mnist-cnn --base cpu --runtime apptainer` turns the recipe's Docker
+image into a SIF (`docker save`, then `apptainer build SIF docker-archive:TAR`), and
+`invoke run --runtime apptainer` trains inside it under single, multiworker and horovod, ending with
+the same replica fingerprints as the same run under `--runtime docker` in the image the SIF was made
+from, and writing its results as the caller.
+
+On Debian 12, `bash ci/apptainer.sh` provides `apptainer` (ci/test.sh runs it first): Debian unstable's
+Apptainer in a root file system of its own, run as an unprivileged user in user-namespace mode, the
+caller's ids mapped onto that user. Without a working `apptainer` these tests fail under
+TF_RECIPES_STRICT=1, saying so.
+
+One SIF for the module, compressed with zstd (a third of gzip's build time), kept in build/sif and
+keyed on the image's id: a later run with the same image rebuilds nothing (see
+test_a_second_build_reuses_the_sif)."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from docker_images import BUILD_TIMEOUT, docker
+from helpers import REPO, assert_ok, read_results, run_invoke
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+SIF = REPO / "build" / "sif" / "mnist-cnn_cpu.sif"
+BUILD = ["build", "mnist-cnn", "--base", "cpu", "--runtime", "apptainer", "--sif-compression", "zstd"]
+RUNS = {
+    "single": ["--launcher", "single"],
+    "multiworker": ["--launcher", "multiworker", "--cpu-replicas", "2"],
+    "horovod": ["--launcher", "horovod", "--cpu-replicas", "2"],
+}
+TRAIN = ["--synthetic", "--max-steps", "10", "--log-every", "5", "--batch-size", "32"]
+
+
+def missing(message):
+    if os.environ.get("TF_RECIPES_STRICT") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def apptainer():
+    found = shutil.which("apptainer")
+    version = subprocess.run([found, "version"], capture_output=True, text=True) if found else None
+    if version is None or version.returncode != 0:
+        why = "is not on PATH" if found is None else f"does not run ({(version.stderr or version.stdout).strip()})"
+        missing(f"apptainer {why}: run `bash ci/apptainer.sh` (as root; on Debian 12 it installs Debian "
+                "unstable's Apptainer in a root file system of its own)")
+    return version.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def sif(apptainer, cpu_base):
+    """The SIF of tf-recipes/mnist-cnn:cpu (the Docker image is built first, from the engine's cache)."""
+    process = run_invoke(*BUILD, timeout=BUILD_TIMEOUT)
+    assert_ok(process)
+    assert SIF.is_file(), process.stdout[-3000:]
+    return process
+
+
+def test_a_second_build_reuses_the_sif(sif):
+    made = SIF.stat().st_mtime_ns
+    again = run_invoke(*BUILD, timeout=BUILD_TIMEOUT)
+    assert_ok(again)
+    assert "build/sif/mnist-cnn_cpu.sif is up to date: made from tf-recipes/mnist-cnn:cpu" in again.stdout
+    assert "apptainer build" not in again.stdout and "docker save" not in again.stdout
+    assert SIF.stat().st_mtime_ns == made
+    image_id = docker("image", "inspect", "-f", "{{.Id}}", "tf-recipes/mnist-cnn:cpu").stdout.strip()
+    stamp = json.loads(SIF.with_name(SIF.name + ".json").read_text())
+    assert stamp == {"image": "tf-recipes/mnist-cnn:cpu", "image_id": image_id, "compression": "zstd"}
+    # Nothing of the build is left beside the SIF: no tarball, no half-built SIF.
+    assert not [path.name for path in SIF.parent.iterdir() if path.name.startswith(f".{SIF.name}.")]
+
+
+def test_a_missing_sif_says_which_command_builds_it(apptainer, tmp_path):
+    process = run_invoke("run", "mnist-cnn", "--runtime", "apptainer", "--gpus", "0", "--results-dir",
+                         str(tmp_path / "results"), "--", *TRAIN, env={"INVOKE_TF_RECIPES_SIF_DIR": str(tmp_path)})
+    assert process.returncode == 2, process.stdout + process.stderr
+    assert process.stderr.strip() == (f"error: SIF {tmp_path}/mnist-cnn_cpu.sif is not built; run `invoke build "
+                                      "mnist-cnn --stack ngc-25.02 --base cpu --runtime apptainer` first")
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_apptainer_trains_like_docker(sif, engine, tmp_path, name):
+    """The same `invoke run` under --runtime apptainer and --runtime docker: the same fingerprints."""
+    runs = {}
+    for runtime in ("apptainer", "docker"):
+        results_dir = tmp_path / runtime
+        process = run_invoke("run", "mnist-cnn", "--gpus", "0", *RUNS[name], "--runtime", runtime, "--base", "cpu",
+                             "--results-dir", str(results_dir), "--", *TRAIN, env=engine)
+        assert_ok(process)
+        runs[runtime] = (process, read_results(results_dir))
+    process, results = runs["apptainer"]
+    command = next(line for line in process.stdout.splitlines() if line.startswith("+ "))
+    assert command.startswith("+ apptainer exec --cleanenv ") and " --nv " not in command, command
+    assert f"--bind {tmp_path / 'apptainer'}:/results " in command and f" build/sif/{SIF.name} " in command
+    # train.py ran inside: it saw the results folder at /results.
+    assert "results: /results/results.json" in process.stdout
+    assert f"results on this machine: {tmp_path / 'apptainer' / 'results.json'}" in process.stdout
+    assert results["launcher"] == name and results["replicas"] == (1 if name == "single" else 2)
+    assert len(set(results["replica_fingerprints"])) == 1
+    docker_results = runs["docker"][1]
+    print(f"{name}: apptainer {results['replica_fingerprints']}, docker {docker_results['replica_fingerprints']}")
+    assert results["replica_fingerprints"] == docker_results["replica_fingerprints"]
+    assert [e["loss"] for e in results["losses"]] == [e["loss"] for e in docker_results["losses"]]
+    # What the job wrote is the caller's, as when a user runs apptainer in a folder they own.
+    for path in (tmp_path / "apptainer").rglob("*"):
+        assert path.stat().st_uid == os.getuid(), path
