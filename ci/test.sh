@@ -19,7 +19,8 @@
 #   bash ci/test.sh --fast -k k8s   # extra arguments go to pytest here too
 #   bash ci/test.sh --stack current         # the current stack (newest TensorFlow) in .venv-current:
 #                                           # the unit and recipes tiers and the launcher parity
-#                                           # tests (single, mirrored, multiworker); the nightly runs it
+#                                           # and precision tests (single, mirrored, multiworker);
+#                                           # the nightly runs it
 #   bash ci/test.sh --stack current --fast  # the unit tier alone on the current stack
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +44,8 @@ if [ "$stack" != ngc-25.02 ]; then
     if [ "$fast" = 1 ]; then
         exec "$venv/bin/python" -m pytest tests/unit "$@"
     fi
-    exec "$venv/bin/python" -m pytest tests/unit tests/recipes tests/integration/test_mnist_launchers.py "$@"
+    exec "$venv/bin/python" -m pytest tests/unit tests/recipes tests/integration/test_mnist_launchers.py \
+        tests/integration/test_precision.py "$@"
 fi
 bash ci/setup.sh --stack ngc-25.02 --horovod
 if [ "$fast" = 1 ]; then

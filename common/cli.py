@@ -82,6 +82,63 @@ def rate(text: str) -> float:
     return _real(text, lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
 
 
+# --amp DTYPE: the 16-bit type of the computation; the weights stay float32 (Keras mixed precision).
+AMP_DTYPES = ("auto", "float16", "bfloat16")
+# Keras's LossScaleOptimizer defaults: the first loss scale, and the steps without an overflow after
+# which it doubles (every overflow halves it and skips the step).
+LOSS_SCALE_INITIAL = 2.0 ** 15
+LOSS_SCALE_GROWTH_STEPS = 2000
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def precision_policy(amp: str | None, gpu: bool) -> str:
+    """The Keras dtype policy of `--amp [DTYPE]` (None: no --amp) on a machine with or without a GPU.
+
+    auto is float16 on a GPU (tensor cores; needs loss scaling) and bfloat16 on the CPU (float16 is
+    slow there, and bfloat16 needs no loss scaling); float16 and bfloat16 are taken as asked."""
+    if not amp:
+        return "float32"
+    if amp not in AMP_DTYPES:
+        raise ValueError(f"--amp {amp!r}: choose one of {', '.join(AMP_DTYPES)}")
+    dtype = ("float16" if gpu else "bfloat16") if amp == "auto" else amp
+    return f"mixed_{dtype}"
+
+
+def amp_flags(policy: str) -> str:
+    """The --amp flag that asks for `policy` on any machine, for messages."""
+    return {"float32": "no --amp", "mixed_float16": "--amp float16", "mixed_bfloat16": "--amp bfloat16"}.get(
+        policy, policy)
+
+
+def loss_scale(text: str) -> float:
+    """A loss scale: finite, greater than 0, and one that float32 (the scale's variable) holds."""
+    return _real(text, lambda value: 0 < value <= FLOAT32_MAX, "a finite number greater than 0 and at most "
+                 "3.4e38 (float32), e.g. 32768")
+
+
+def replica_at_step(text: str) -> tuple[int, int]:
+    """--fault-overflow R:STEP, R >= 0 and STEP >= 1."""
+    try:
+        replica, step = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not REPLICA:STEP, e.g. 1:3") from None
+    if replica < 0 or step < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: need REPLICA >= 0 and STEP >= 1")
+    return replica, step
+
+
+def add_precision_flags(group) -> None:
+    """--amp [DTYPE] and --loss-scale-initial (common.training.configure_precision and Trainer)."""
+    group.add_argument("--amp", nargs="?", const="auto", default=None, choices=AMP_DTYPES, metavar="DTYPE",
+                       help="mixed precision: compute in 16 bits, keep the weights in float32. DTYPE auto (what "
+                            "a bare --amp means): float16 with loss scaling on a GPU, bfloat16 on the CPU; "
+                            "float16 or bfloat16 force that type anywhere (float16 on the CPU runs the GPU's "
+                            "loss-scaled path, slowly); without --amp everything is float32")
+    group.add_argument("--loss-scale-initial", type=loss_scale, default=LOSS_SCALE_INITIAL, metavar="SCALE",
+                       help="float16 only: the first loss scale; every step whose gradients overflow is skipped "
+                            f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
+
+
 def training_parser(description: str, *, batch_size: int, epochs: int, lr: float) -> argparse.ArgumentParser:
     """An argparse parser with the shared flags; a recipe adds its own and sets its defaults."""
     parser = argparse.ArgumentParser(description=description,
@@ -108,8 +165,7 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     train.add_argument("--lr-warmup-steps", type=non_negative_int, default=100,
                        help="steps over which a scaled learning rate ramps up from the base rate")
     train.add_argument("--seed", type=non_negative_int, default=42, help="seed for weights, data order and augmentation")
-    train.add_argument("--amp", action="store_true",
-                       help="mixed precision: float16 on GPU, bfloat16 on CPU")
+    add_precision_flags(train)
     train.add_argument("--xla", action="store_true", help="compile each replica's step with XLA")
     train.add_argument("--steps-per-loop", type=positive_int, default=10, metavar="K",
                        help="training steps per compiled call; the host waits for and reads the outputs "
@@ -134,6 +190,9 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     out.add_argument("--fault-desync-replica", type=non_negative_int, default=None, metavar="R",
                      help="testing only: perturb replica R's weights before the final check, "
                           "to see the desync guard stop the run")
+    out.add_argument("--fault-overflow", type=replica_at_step, default=None, metavar="R:STEP",
+                     help="testing only (float16): make replica R's gradients overflow at step STEP, to see "
+                          "every replica skip that step and halve the loss scale alike")
     out.add_argument("--fault-slow-step", type=non_negative_float, default=0.0, metavar="SECONDS",
                      help="testing only: wait this long per training step (timed as step time), "
                           "to see a throughput regression caught")

@@ -50,7 +50,7 @@ def weights_fingerprint(arrays) -> str:
     return digest.hexdigest()[:16]
 
 
-def _components(variable):
+def replica_copies(variable):
     """The per-replica copies of a (Keras or tf) variable on this process, in replica order."""
     tf_variable = getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
     return list(getattr(tf_variable, "values", (tf_variable,)))
@@ -125,18 +125,26 @@ class Launcher:
     peer_errors: tuple = tuple(getattr(tf.errors, name) for name in PEER_ERRORS)
 
     def local_fingerprints(self, variables) -> list[str]:
-        per_replica = zip(*[_components(v) for v in variables])
+        per_replica = zip(*[replica_copies(v) for v in variables])
         return [weights_fingerprint([c.numpy() for c in copies]) for copies in per_replica]
 
     def all_fingerprints(self, variables) -> list[str]:
         """Fingerprint of every replica in the job, known to every process."""
-        return self.local_fingerprints(variables)
+        # Collectives carry numbers, not strings: each replica's hex digest travels as 16-bit chunks.
+        codes = [[int(fp[i:i + 4], 16) for i in range(0, len(fp), 4)] for fp in self.local_fingerprints(variables)]
+        return ["".join(f"{int(code):04x}" for code in row) for row in self.gather_replica_rows(codes)]
+
+    def gather_replica_rows(self, rows) -> list[list[float]]:
+        """`rows`: one equally long list of numbers per replica of this process, in replica order.
+        Returns the rows of every replica in the job, in replica order, known to every process.
+        The strategies' collectives carry float32: exact for float32 values and whole numbers below 2**24."""
+        return [[float(value) for value in row] for row in rows]
 
     def perturb_replica(self, variables, replica: int):
         """Testing only: make one replica's weights differ, to prove the desync guard fires."""
         first_local = self.worker_index * self.local_replicas
         if first_local <= replica < first_local + self.local_replicas:
-            copy = _components(variables[0])[replica - first_local]
+            copy = replica_copies(variables[0])[replica - first_local]
             copy.assign(copy + tf.ones_like(copy) * 1e-3)
 
     def barrier(self):
@@ -180,18 +188,14 @@ class StrategyLauncher(Launcher):
             lambda ctx: tf.constant(values if ctx.replica_id_in_sync_group == first_local else 0 * values))
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
 
-    def all_fingerprints(self, variables):
-        local = self.local_fingerprints(variables)
+    def gather_replica_rows(self, rows):
         if self.num_workers == 1:
-            return local
-        # Collectives carry numbers, not strings: each replica sends its hex digest as 16-bit chunks
-        # (exact in float32) and every worker gathers all of them.
-        codes = [[int(fp[i:i + 4], 16) for i in range(0, len(fp), 4)] for fp in local]
+            return super().gather_replica_rows(rows)
+        # Every replica sends its row; every worker gathers all of them.
         first_local = self.worker_index * self.local_replicas
         values = self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: tf.constant([codes[ctx.replica_id_in_sync_group - first_local]], tf.float32))
-        gathered = self.strategy.gather(values, axis=0).numpy().astype(np.int64)
-        return ["".join(f"{int(code):04x}" for code in row) for row in gathered]
+            lambda ctx: tf.constant([rows[ctx.replica_id_in_sync_group - first_local]], tf.float32))
+        return self.strategy.gather(values, axis=0).numpy().astype(np.float64).tolist()
 
     def barrier(self):
         if self.num_workers > 1:
@@ -428,8 +432,9 @@ class HorovodLauncher(Launcher):
         values = tf.constant(np.asarray(values, np.float64))
         return self.hvd.allreduce(values, op=self.hvd.Sum).numpy()
 
-    def all_fingerprints(self, variables):
-        return [fp for rank in self.hvd.allgather_object(self.local_fingerprints(variables)) for fp in rank]
+    def gather_replica_rows(self, rows):
+        # Horovod: one replica per rank; every rank gathers every rank's row.
+        return [row for rank in self.hvd.allgather_object(super().gather_replica_rows(rows)) for row in rank]
 
     def barrier(self):
         self.hvd.allreduce(tf.constant(0.0), op=self.hvd.Sum)

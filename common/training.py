@@ -28,11 +28,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from common.cli import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, amp_flags, precision_policy
 from common.data import DataError, steps_per_epoch
-from common.launchers import Launcher
+from common.launchers import Launcher, replica_copies
 from common.results import check_in_sync, throughput, versions, write_json
-from common.contract import (FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, ClusterError, DiskFullError,
-                             RunFinished, StopRequested, UserError)
+from common.contract import (FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, ClusterError, DesyncError,
+                             DiskFullError, RunFinished, StopRequested, UserError)
 from common.stopping import StopFlag, peer_error_summary, stopped_marker
 
 
@@ -98,13 +99,18 @@ def classification_task() -> Task:
                 summarize=lambda sums: {"accuracy": float(sums["correct"] / sums["examples"])})
 
 
-def configure_precision(amp: bool) -> str:
-    """--amp: mixed_float16 on GPU (tensor cores), mixed_bfloat16 on CPU (no loss scaling needed)."""
-    policy = "float32"
-    if amp:
-        policy = "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+def configure_precision(amp: str | None) -> str:
+    """--amp [DTYPE]: set and return Keras's dtype policy. A bare --amp is mixed_float16 on a GPU
+    (tensor cores; the Trainer adds loss scaling) and mixed_bfloat16 on the CPU (no loss scaling
+    needed); --amp float16 gives the GPU's loss-scaled path on the CPU too (common.cli.precision_policy)."""
+    policy = precision_policy(amp, gpu=bool(tf.config.list_physical_devices("GPU")))
     keras.mixed_precision.set_global_policy(policy)
     return policy
+
+
+def scales_loss(optimizer) -> bool:
+    """The optimizer is float16's LossScaleOptimizer (Trainer.setup wraps the recipe's in it)."""
+    return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
 
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -153,6 +159,7 @@ class Trainer:
     profile_steps: tuple[int, int] | None = None  # TensorBoard profiler trace of steps START..END
     steps_per_loop: int = 1  # training steps per compiled call; the host reads outputs only between calls
     seed: int | None = None  # the data-order seed; a resume must use the same one
+    loss_scale_initial: float = LOSS_SCALE_INITIAL  # float16 (mixed_float16) only: the first loss scale
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -163,24 +170,32 @@ class Trainer:
             self.total_steps = min(self.total_steps, self.max_steps)
         self.start_step = 0
         self.checkpoint_dir = os.path.join(self.results_dir, "checkpoints")
+        self.precision = keras.mixed_precision.global_policy().name  # configure_precision has set it
+        if self.loss_scale_initial != LOSS_SCALE_INITIAL and self.precision != "mixed_float16":
+            raise UserError(f"--loss-scale-initial {self.loss_scale_initial:g} applies only to float16 loss scaling, "
+                            f"and this run computes in {self.precision}; add --amp float16 (a bare --amp is float16 "
+                            "only on a GPU) or leave --loss-scale-initial out")
         self._check_resume_target()
         # SIGTERM/SIGUSR1 from here on stop the job after a step, with a checkpoint (common.stopping).
         # The launcher exists already, so TensorFlow's own SIGTERM handler is not installed over ours.
         self.stop_flag = StopFlag().install()
         self._writers = {}
+        self.loss_scaling = None  # float16: what fit found out about the loss scale (results.json)
 
     def run_identity(self) -> dict:
-        """What decides the data order and the per-replica state: a resumed run must match it."""
+        """What decides the data order and the per-replica state: a resumed run must match it. The
+        precision decides the arithmetic, and float16's loss scale is part of the optimizer state."""
         return {"recipe": self.recipe, "global_batch": self.global_batch, "replicas": self.launcher.num_replicas,
                 "per_replica_batch": self.per_replica_batch, "seed": self.seed,
-                "training_examples": self.num_examples}
+                "training_examples": self.num_examples, "precision": self.precision}
 
     # -- set-up ------------------------------------------------------------------------------------
     def setup(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
         """Build the optimizer's state, restore the latest checkpoint (--resume), sync replicas."""
         with self.launcher.scope():
-            if keras.mixed_precision.global_policy().name == "mixed_float16":
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            if self.precision == "mixed_float16":  # float16 gradients underflow without a loss scale
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=self.loss_scale_initial,
+                                                                dynamic_growth_steps=LOSS_SCALE_GROWTH_STEPS)
             optimizer.build(model.trainable_variables)
         self.model, self.optimizer = model, optimizer
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -211,7 +226,7 @@ class Trainer:
         self.launcher.prepare(model, optimizer)
 
     # -- training ----------------------------------------------------------------------------------
-    def _build_train_step(self, task: Task):
+    def _build_train_step(self, task: Task, fault_overflow: tuple[int, int] | None = None):
         model, optimizer, launcher = self.model, self.optimizer, self.launcher
         variables = model.trainable_variables
         global_batch = float(self.global_batch)
@@ -230,10 +245,19 @@ class Trainer:
             return loss, gradients, sums
 
         drifting = self._replica_state()[1]
+        # float16 loss scaling skips a step whose gradients overflowed. Horovod sums the gradients
+        # before apply_gradients, so every rank sees the same inf or nan; the strategies sum them inside
+        # it, after the LossScaleOptimizer has looked at each replica's own (with merge_call, the first
+        # replica of each process decides for its process), so there the replicas decide together.
+        skip_together = scales_loss(optimizer) and launcher.num_replicas > 1 and launcher.name != "horovod"
 
-        def replica_step(x, y, stop):
+        def replica_step(x, y, stop, step):
             loss, gradients, sums = forward_backward(x, y)
+            if fault_overflow:
+                gradients = self._overflow_fault(gradients, step, *fault_overflow)
             gradients = launcher.aggregate_gradients(gradients)
+            if skip_together:
+                gradients = self._overflow_anywhere_is_overflow_everywhere(gradients)
             optimizer.apply_gradients(zip(gradients, variables))
             # Batch-norm moving statistics: every replica takes the mean, so all hold one value.
             means = launcher.mean_over_replicas([tf.identity(v.value) for v in drifting])  # tensors, not variables
@@ -247,12 +271,28 @@ class Trainer:
         # steps in between, which saves a round-trip per step. Only the last step's outputs are
         # summed over the replicas and returned; the stop flag travels with them.
         @tf.function
-        def train_loop(iterator, steps, stop):
-            for _ in tf.range(steps - 1):
-                launcher.run(lambda x, y: replica_step(x, y, stop), next(iterator), reduce=False)
-            return launcher.run(lambda x, y: replica_step(x, y, stop), next(iterator))
+        def train_loop(iterator, first, steps, stop):
+            for i in tf.range(steps - 1):
+                launcher.run(lambda x, y: replica_step(x, y, stop, first + i), next(iterator), reduce=False)
+            return launcher.run(lambda x, y: replica_step(x, y, stop, first + steps - 1), next(iterator))
 
         return train_loop
+
+    def _overflow_anywhere_is_overflow_everywhere(self, gradients):
+        """In a replica's step: the gradients, or nan on every replica when any replica's overflowed
+        (one scalar all-reduce), so that every replica's LossScaleOptimizer skips the step alike."""
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None])
+        overflowed = self.launcher.mean_over_replicas([1.0 - tf.cast(finite, tf.float32)])[0] > 0
+        return [g if g is None else tf.where(overflowed, tf.constant(np.nan, g.dtype), g) for g in gradients]
+
+    def _overflow_fault(self, gradients, step, replica: int, at_step: int):
+        """--fault-overflow R:STEP (testing only): replica R's own gradients become inf at step STEP."""
+        if self.launcher.name == "horovod":  # Horovod: one replica per rank, outside any strategy
+            replica_id = self.launcher.worker_index
+        else:
+            replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
+        here = tf.logical_and(tf.equal(step, at_step), tf.equal(replica_id, replica))
+        return [g if g is None else tf.where(here, tf.constant(np.inf, g.dtype), g) for g in gradients]
 
     def _check_resume_target(self) -> None:
         """--resume, decided before any model is built, collective run or file written: refuse a
@@ -299,13 +339,23 @@ class Trainer:
         except (OSError, ValueError) as error:
             raise ResumeError(f"{self._identity_path()} cannot be read ({error}), so {latest} cannot be resumed "
                               "safely; start over in another --results-dir") from None
-        differ = [f"{key} {saved.get(key)} -> {value}" for key, value in self.run_identity().items()
-                  if saved.get(key) != value]
-        if differ:
-            raise ResumeError(
-                f"--resume: {latest} was written by a run with other settings ({'; '.join(differ)}); the data "
-                "order and the per-replica state would not match its step count. Resume with the same "
-                "--batch-size, replica count, --seed and data, or start over in another --results-dir")
+        identity = self.run_identity()
+        if "precision" not in saved:  # written before the precision was recorded
+            del identity["precision"]
+        differ = [key for key, value in identity.items() if saved.get(key) != value]
+        if not differ:
+            return
+        reasons, remedies = [], []
+        if set(differ) - {"precision"}:
+            reasons.append("the data order and the per-replica state would not match its step count")
+            remedies.append("the same --batch-size, replica count, --seed and data")
+        if "precision" in differ:  # float16's loss scale lives in the optimizer state, and not in the others'
+            reasons.append("the arithmetic and the optimizer state (float16's loss scale) differ between precisions")
+            remedies.append(f"its precision ({amp_flags(saved['precision'])}; a bare --amp is float16 only on a GPU)")
+        raise ResumeError(
+            f"--resume: {latest} was written by a run with other settings "
+            f"({'; '.join(f'{key} {saved.get(key)} -> {identity[key]}' for key in differ)}); {' and '.join(reasons)}. "
+            f"Resume with {' and '.join(remedies)}, or start over in another --results-dir")
 
     def _replica_state(self):
         """What must be identical on every replica: the trainable weights and the float state that
@@ -313,6 +363,48 @@ class Trainer:
         model = self.model
         drifting = [v for v in model.non_trainable_variables if "float" in str(v.dtype)]
         return model.trainable_variables, drifting
+
+    def _loss_scale_state(self) -> list:
+        """float16: the loss scale and its growth counter, which each replica updates on its own."""
+        optimizer = self.optimizer
+        return [optimizer.dynamic_scale, optimizer.step_counter] if scales_loss(optimizer) else []
+
+    def _loss_scale(self) -> float:
+        return float(keras.ops.convert_to_numpy(self.optimizer.dynamic_scale))
+
+    def _gather_loss_scaling(self) -> dict | None:
+        """float16: every replica's loss scale and count of steps skipped for overflow (the steps it
+        did not apply: the step count minus the optimizer's), gathered like the fingerprints. Raises
+        DesyncError when two replicas differ."""
+        optimizer = self.optimizer
+        if not scales_loss(optimizer):
+            return None
+        step = int(self.step.numpy())
+        rows = [[float(scale.numpy()), step - int(applied.numpy())]
+                for scale, applied in zip(replica_copies(optimizer.dynamic_scale), replica_copies(optimizer.iterations))]
+        rows = self.launcher.gather_replica_rows(rows)
+        scales, skipped = [row[0] for row in rows], [int(row[1]) for row in rows]
+        if len(set(scales)) > 1 or len(set(skipped)) > 1:
+            listing = ", ".join(f"replica {i}: {scale:g} ({count} skipped)"
+                                for i, (scale, count) in enumerate(zip(scales, skipped)))
+            raise DesyncError(f"replicas finished with different loss scales or skipped steps ({listing}); "
+                              "they did not skip the same overflowed steps, so this run trained no single model; "
+                              "results were not written")
+        log(self.launcher, f"loss scale {scales[0]:g} on every replica; {skipped[0]} of {step} steps skipped for "
+                           "overflow on every replica")
+        return {"initial_scale": optimizer.initial_scale, "growth_steps": optimizer.dynamic_growth_steps,
+                "final_scale": scales[0], "skipped_steps": skipped[0],
+                "replica_scales": scales, "replica_skipped_steps": skipped}
+
+    def _check_overflow_fault(self, fault_overflow: tuple[int, int] | None) -> None:
+        """--fault-overflow R:STEP needs float16's loss scaling and a replica R."""
+        if fault_overflow and not scales_loss(self.optimizer):
+            raise UserError(f"--fault-overflow tests float16 loss scaling, and this run computes in {self.precision}; "
+                            "add --amp float16")
+        replicas = self.launcher.num_replicas
+        if fault_overflow and fault_overflow[0] >= replicas:
+            raise UserError(f"--fault-overflow {fault_overflow[0]}:{fault_overflow[1]}: there is no replica "
+                            f"{fault_overflow[0]}, this run has {replicas} (0..{replicas - 1})")
 
     def _save_checkpoint(self) -> None:
         # Every worker saves (saving can involve collectives), but only the chief keeps its copy.
@@ -344,7 +436,8 @@ class Trainer:
             log(self.launcher, f"profiler trace of steps {start + 1}..{step}: tensorboard --logdir {folder}")
 
     def fit(self, dataset, task: Task, fault_desync_replica: int | None = None, fault_slow_step: float = 0.0,
-            explain_input_error: Callable[[int], str | None] | None = None) -> None:
+            explain_input_error: Callable[[int], str | None] | None = None,
+            fault_overflow: tuple[int, int] | None = None) -> None:
         """Train from `start_step` to `total_steps`, then check that every replica agrees.
 
         `explain_input_error(step)`, when given, is asked to name the file or value behind a data
@@ -356,7 +449,8 @@ class Trainer:
                       f"{launcher.num_replicas} replica(s), global batch {self.global_batch} "
                       f"({self.per_replica_batch} per replica), steps {self.start_step}..{self.total_steps} "
                       f"({self.steps_per_epoch} per epoch)")
-        train_loop = self._build_train_step(task)
+        self._check_overflow_fault(fault_overflow)
+        train_loop = self._build_train_step(task, fault_overflow)
         checkpoint_every = self.checkpoint_every or self.steps_per_epoch
         self.step_times = []
         iterator = iter(dataset)
@@ -390,10 +484,11 @@ class Trainer:
         trainable, drifting = self._replica_state()
         if fault_desync_replica is not None:
             launcher.perturb_replica(trainable, fault_desync_replica)
-        self.fingerprints = launcher.all_fingerprints(trainable + drifting)
+        self.loss_scaling = self._gather_loss_scaling()
+        self.fingerprints = launcher.all_fingerprints(trainable + drifting + self._loss_scale_state())
         check_in_sync(self.fingerprints)
-        log(launcher, f"replicas in sync: {len(self.fingerprints)} identical fingerprints of the weights "
-                      f"and any batch-norm statistics ({self.fingerprints[0]})")
+        log(launcher, f"replicas in sync: {len(self.fingerprints)} identical fingerprints of the weights, "
+                      f"any batch-norm statistics and any loss scale ({self.fingerprints[0]})")
 
     def _loop_end(self, step: int, checkpoint_every: int) -> int:
         """The last step of the next compiled call: at most --steps-per-loop steps after `step`, and
@@ -410,7 +505,7 @@ class Trainer:
         """Steps `first`..`last` in one call; the last one's outputs summed over replicas, as float64."""
         stop = tf.constant(1.0 if self.stop_flag.requested else 0.0)
         try:
-            outputs = train_loop(iterator, tf.constant(last - first + 1), stop)
+            outputs = train_loop(iterator, tf.constant(first), tf.constant(last - first + 1), stop)
             return {key: np.asarray(value.numpy(), np.float64) for key, value in outputs.items()}
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
             for step in range(first, last + 1) if explain_input_error else ():
@@ -426,10 +521,13 @@ class Trainer:
 
     def _log_step(self, step: int, loss: float, metrics: dict) -> None:
         """Progress line, the history in results.json and TensorBoard scalars (chief only)."""
+        if scales_loss(self.optimizer):  # float16: the scale after this step
+            metrics = {**metrics, "loss_scale": self._loss_scale()}
         self.history.append({"step": step, "loss": loss, **metrics})
         step_time = float(np.median(self.step_times[-self.log_every:]))
         rate = self.global_batch / step_time
-        shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        shown = "  ".join(f"{k} {v:.4f}" if k != "loss_scale" else f"loss scale {v:g}"
+                          for k, v in metrics.items() if isinstance(v, float))
         rate_text = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
         log(self.launcher, f"step {step:>6}/{self.total_steps}  epoch {(step - 1) // self.steps_per_epoch + 1}"
                            f"  loss {loss:.4f}  {shown}  {rate_text} img/s")
@@ -534,7 +632,8 @@ class Trainer:
             "losses": self.history,
             "replica_fingerprints": self.fingerprints,
             "replicas_in_sync": len(set(self.fingerprints)) == 1,
-            "precision": keras.mixed_precision.global_policy().name,
+            "precision": self.precision,
+            "loss_scaling": self.loss_scaling,
             "xla": self.xla,
             "versions": versions(),
             "command": sys.argv,

@@ -224,7 +224,7 @@ def main(args):
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
-        steps_per_loop=args.steps_per_loop, seed=args.seed)
+        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial)
 
     with launcher.scope():
         model = build_model(args.image_size, weights, len(class_names))
@@ -237,7 +237,8 @@ def main(args):
                                                         trainer.start_step),
         args.batch_size)
     # fit() also averages the batch-norm moving statistics over the replicas and checks them.
-    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica, fault_slow_step=args.fault_slow_step)
+    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica, fault_slow_step=args.fault_slow_step,
+                fault_overflow=args.fault_overflow)
 
     validation = trainer.evaluate(make_eval_dataset(builder, args, launcher), TASK)
     training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")

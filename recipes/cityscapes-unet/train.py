@@ -170,7 +170,7 @@ def main(args):
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
-        steps_per_loop=args.steps_per_loop, seed=args.seed)
+        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial)
 
     with launcher.scope():
         model = build_unet(args.filters, args.depth, args.dropout, args.batch_norm, num_classes=len(class_names))
@@ -189,7 +189,8 @@ def main(args):
     explain = None if synthetic else data.explain_train_error(args.data_dir, trainer.global_batch, args.seed)
     trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK,
                 fault_desync_replica=args.fault_desync_replica,
-                fault_slow_step=args.fault_slow_step, explain_input_error=explain)
+                fault_slow_step=args.fault_slow_step, explain_input_error=explain,
+                fault_overflow=args.fault_overflow)
 
     extra = {"precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
              "crop": args.crop, "shard_late": args.shard_late,

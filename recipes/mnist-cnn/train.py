@@ -210,7 +210,7 @@ def main(args):
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
-        steps_per_loop=args.steps_per_loop, seed=args.seed)
+        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial)
 
     with launcher.scope():
         model = build_model(dropout=not args.no_dropout, num_classes=len(names))
@@ -223,7 +223,8 @@ def main(args):
         lambda shard: make_train_dataset(x_train, y_train, shard, trainer.total_steps, args.seed,
                                          trainer.start_step),
         args.batch_size)
-    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica, fault_slow_step=args.fault_slow_step)
+    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica, fault_slow_step=args.fault_slow_step,
+                fault_overflow=args.fault_overflow)
 
     # Every process evaluates its own share of the test set; the sums are added up over processes.
     share = launcher.eval_share(len(x_test))
