@@ -31,6 +31,7 @@ RUNS = {
     "horovod": ["--launcher", "horovod", "--cpu-replicas", "2"],
 }
 TRAIN = ["--synthetic", "--max-steps", "10", "--log-every", "5", "--batch-size", "32"]
+FINGERPRINTS = {}  # launcher -> the Docker run's replica fingerprints, for the SLURM job below
 
 
 def missing(message):
@@ -105,6 +106,38 @@ def test_apptainer_trains_like_docker(sif, engine, tmp_path, name):
     print(f"{name}: apptainer {results['replica_fingerprints']}, docker {docker_results['replica_fingerprints']}")
     assert results["replica_fingerprints"] == docker_results["replica_fingerprints"]
     assert [e["loss"] for e in results["losses"]] == [e["loss"] for e in docker_results["losses"]]
+    FINGERPRINTS[name] = docker_results["replica_fingerprints"]
     # What the job wrote is the caller's, as when a user runs apptainer in a folder they own.
     for path in (tmp_path / "apptainer").rglob("*"):
         assert path.stat().st_uid == os.getuid(), path
+
+
+def test_the_rendered_apptainer_sbatch_script_trains_on_two_nodes_like_docker(sif, engine, tmp_path):
+    """`invoke sbatch --sif` on the two-node cluster (ci/slurm-cluster.sh): one multiworker task per
+    node, each `srun ... apptainer exec SIF python train.py`, ends with the Docker run's weights. Each
+    task may use 2 CPUs, as each process of `invoke run` here may (TensorFlow splits its sums by
+    the CPUs it may use)."""
+    from test_slurm_cluster import require_cluster, submit_script
+
+    require_cluster(2)  # fails under TF_RECIPES_STRICT=1, saying how to start the cluster
+    if "multiworker" not in FINGERPRINTS:  # run alone: make the Docker reference here
+        reference = tmp_path / "docker"
+        assert_ok(run_invoke("run", "mnist-cnn", "--gpus", "0", *RUNS["multiworker"], "--runtime", "docker", "--base",
+                             "cpu", "--results-dir", str(reference), "--", *TRAIN, env=engine))
+        FINGERPRINTS["multiworker"] = read_results(reference)["replica_fingerprints"]
+    script = tmp_path / "job.sbatch"
+    assert_ok(run_invoke("sbatch", "mnist-cnn", "--launcher", "multiworker", "--nodes", "2", "--gpus-per-node", "0",
+                         "--tasks-per-node", "1", "--cpus-per-task", "2", "--sif", f"build/sif/{SIF.name}",
+                         "--out", str(script), "--", *TRAIN))
+    text = script.read_text()
+    assert f"srun --kill-on-bad-exit=1 apptainer exec --bind \"$RESULTS\":/results " in text, text
+    job = submit_script(script)
+    try:
+        job.wait()
+        assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
+        results = read_results(job.results)
+        assert (results["launcher"], results["nodes"], results["replicas"]) == ("multiworker", 2, 2), results
+        assert results["replica_fingerprints"] == FINGERPRINTS["multiworker"], job.describe()
+        assert "0: results: /results/results.json" in job.log(), job.describe()
+    finally:
+        job.remove_files()
