@@ -218,15 +218,20 @@ def horovod_with_mpi():
         pytest.skip(message)
 
 
+def assert_two_node_job_trained_like(job: Job, launcher: str, reference: Job) -> None:
+    """The job ended well, ran 2 workers on 2 nodes for 5 steps, and ended with the reference's weights."""
+    assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
+    results = read_results(job.results)
+    assert (results["launcher"], results["workers"], results["nodes"], results["steps"]) == \
+        (launcher, 2, 2, 5), results
+    assert results["replica_fingerprints"] == read_results(reference.results)["replica_fingerprints"], job.describe()
+
+
 def test_multiworker_runs_one_task_on_each_of_two_nodes(two_nodes, one_node_job, tmp_path):
     job = submit_script(render(tmp_path, "multiworker", *TRAIN, nodes=2), tf_log_level="0").wait()
     try:
-        assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
-        results = read_results(job.results)
-        assert (results["launcher"], results["workers"], results["nodes"], results["steps"]) == \
-            ("multiworker", 2, 2, 5), results
         # The same global batch (2 x 128) over the same data: the weights of the one-node job, bit for bit.
-        assert results["replica_fingerprints"] == read_results(one_node_job.results)["replica_fingerprints"]
+        assert_two_node_job_trained_like(job, "multiworker", one_node_job)
         # One task per node, each with its own address: both servers listen on port 8888.
         log = job.log()
         for task in (0, 1):
@@ -242,13 +247,9 @@ def test_horovod_ranks_start_through_srun_mpi_pmix_on_two_nodes(two_nodes, horov
                      script.read_text(), re.M)
     job = submit_script(script).wait()
     try:
-        assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
-        results = read_results(job.results)
-        # nodes is Horovod's cross_size: OpenMPI saw the two ranks on two nodes.
-        assert (results["launcher"], results["workers"], results["nodes"], results["steps"]) == \
-            ("horovod", 2, 2, 5), results
-        # Horovod sums the same gradients as MultiWorkerMirroredStrategy: the one-node multiworker weights.
-        assert results["replica_fingerprints"] == read_results(one_node_job.results)["replica_fingerprints"]
+        # nodes is Horovod's cross_size: OpenMPI saw the two ranks on two nodes. Horovod sums the same
+        # gradients as MultiWorkerMirroredStrategy: the one-node multiworker weights.
+        assert_two_node_job_trained_like(job, "horovod", one_node_job)
         assert re.search(r"^0: mnist-cnn: launcher horovod, 2 process\(es\), 2 replica\(s\)", job.log(), re.M), \
             job.describe()
         print(f"job {job.id} on {job.fields['NodeList']}: {job.elapsed:.0f} s from submission to end")
