@@ -18,7 +18,7 @@ echo "recipe layers: $(( $(size "$image") - $(size "$base_image") )) bytes on to
 
 copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
-git ls-files -z common recipes .dockerignore | xargs -0 cp --parents -t "$copy"
+git ls-files -z common tools recipes .dockerignore | xargs -0 cp --parents -t "$copy"
 echo "# one-line change $(date +%s%N)" >> "$copy/recipes/$recipe/train.py"
 argv=$("$invoke" build "$recipe" --base "$base" --dry | sed -n 's/^+ //p')
 start=$(date +%s.%N)

@@ -7,7 +7,7 @@ environment; the tasks (tasks/) do that with what these return.
 Paths inside every container are the same, so one train command works in Docker, in Apptainer and
 on the host from the repository root:
 
-    /workspace/tf-recipes   the code (common/ and recipes/<name>/); the working directory
+    /workspace/tf-recipes   the code (common/, tools/ and recipes/<name>/); the working directory
     /data                   the dataset, read-only
     /results                checkpoints, logs and measurements, read-write
 """
@@ -307,6 +307,7 @@ From: {base}
 
 %files
     common {code}/common
+    tools {code}/tools
     recipes/{recipe} {code}/recipes/{recipe}
     stacks/{stack}.txt {code}/stacks/{stack}.txt
 

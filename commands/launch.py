@@ -113,7 +113,7 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     elif launcher == "mirrored":
         argv = train + ([] if gpus else ["--cpu-replicas", str(replicas)])
     elif launcher == "multiworker":
-        argv = [python, "-m", "common.spawn", "--nproc", str(replicas)]
+        argv = [python, "-m", "tools.spawn", "--nproc", str(replicas)]
         argv += ["--gpus-per-worker", "1"] if gpus else []
         if nodes > 1:
             argv += ["--hosts", ",".join(hosts), "--node-index", str(node_index), "--port-base", str(port_base)]

@@ -173,7 +173,7 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
     """The text of an sbatch script; submit it from the repository root with `sbatch FILE`.
 
     `preflight`: a first step, with the same srun and container flags, runs `python -m
-    common.preflight` in every task; the job ends there (status 4) when the cluster is broken.
+    tools.preflight` in every task; the job ends there (status 4) when the cluster is broken.
     `mpi`: the srun MPI plugin the horovod ranks start through (`srun --mpi=MPI`): pmix, or pmi2 on a
     cluster without PMIx (its MPI library must then support PMI-2)."""
     job_name = f"tf-recipes-{recipe}" if job_name is None else job_name

@@ -72,7 +72,7 @@ class DiskFullError(UserError):
     """A write ran out of space (ENOSPC) or quota (EDQUOT); the message names the folder and bytes."""
 
 
-# The GPUs one training process must see, set by every launcher (`invoke run`, common.spawn, the
+# The GPUs one training process must see, set by every launcher (`invoke run`, tools.spawn, the
 # rendered SLURM script and Kubernetes manifests); unset or 0: no check (a train.py started by hand).
 GPUS_PER_PROCESS_ENV = "TF_RECIPES_GPUS_PER_PROCESS"
 
@@ -140,8 +140,8 @@ def class_name_problem(name) -> str | None:
     return None
 
 
-# -- the preflight check (`invoke preflight`, `python -m common.preflight`) ----------------------------
-PREFLIGHT_MODULE = "common.preflight"  # what the launchers start instead of a recipe's train.py
+# -- the preflight check (`invoke preflight`, `python -m tools.preflight`) ----------------------------
+PREFLIGHT_MODULE = "tools.preflight"  # what the launchers start instead of a recipe's train.py
 PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)
 PREFLIGHT_RANKS_DIR = "preflight-ranks"  # one heartbeat file per rank, beside preflight.json
 PREFLIGHT_DEFAULT_DEADLINE = 120  # seconds for the whole check, from each process's start

@@ -26,7 +26,7 @@ from common.contract import INDEXED_JOB_INDEX as INDEX
 from common.contract import INDEXED_JOB_PORT as PORT
 from common.contract import INDEXED_JOB_RESOLVE_TIMEOUT as RESOLVE_TIMEOUT
 from common.contract import INDEXED_JOB_WORKERS as WORKERS
-from common.spawn import build_tf_config
+from common.tf_config import build_tf_config
 
 
 class IndexedJobConfigError(ValueError):

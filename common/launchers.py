@@ -32,7 +32,7 @@ from common import contract
 from common.contract import (COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS,
                              ClusterError, GpuMismatchError, UserError)
 from common.data import InputShard, eval_share
-from common.spawn import check_tf_config
+from common.tf_config import check_tf_config
 
 
 
@@ -288,7 +288,7 @@ class MultiWorkerLauncher(StrategyLauncher):
             return _slurm_cluster_resolver()
         raise LauncherError(
             "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them "
-            "with `python -m common.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
+            "with `python -m tools.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
 
 
 def unreachable(addresses: list[str], timeout_s: float = 1.0) -> list[int]:

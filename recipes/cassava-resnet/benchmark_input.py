@@ -47,7 +47,7 @@ import tensorflow as tf  # noqa: E402
 import generated_cassava  # noqa: E402
 import input_pipeline  # noqa: E402
 from common.data import InputShard, steps_per_epoch  # noqa: E402
-from common.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
+from tools.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
 from common.results import throughput, versions, write_json  # noqa: E402
 
 PIPELINES = ("seed", "ours")

@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from common import predicting  # noqa: E402
+from tools import predicting  # noqa: E402
 
 if __name__ == "__main__":
     predicting.main(__doc__.split("\n")[0], "classification")

@@ -45,7 +45,7 @@ import make_fixture  # noqa: E402
 import prepare_data  # noqa: E402
 from common.atomic import replace_durably  # noqa: E402
 from common.data import InputShard, sharded_order  # noqa: E402
-from common.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
+from tools.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 SEED = 0

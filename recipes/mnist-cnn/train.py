@@ -7,7 +7,7 @@ The same script runs under every launcher; only `--launcher` and the program tha
     python recipes/mnist-cnn/train.py --launcher single
     python recipes/mnist-cnn/train.py --launcher mirrored                  # all local GPUs
     python recipes/mnist-cnn/train.py --launcher mirrored --cpu-replicas 2 # no GPU: 2 CPU replicas
-    python -m common.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
+    python -m tools.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
     horovodrun -np 2 -H localhost:2 python recipes/mnist-cnn/train.py --launcher horovod
 
 or all of them through `invoke run mnist-cnn --gpus N --launcher L`.

@@ -78,7 +78,7 @@ def test_a_recipe_keeps_its_defaults_and_valid_values(recipe):
 @pytest.mark.parametrize("flag, value", [("--deadline", "nan"), ("--deadline", "inf"), ("--sizes", ","),
                                          ("--repeats", "0"), ("--cpu-replicas", "0")])
 def test_the_preflight_module_refuses_a_bad_number(flag, value, capsys):
-    from common import preflight
+    from tools import preflight
     assert_parser_refuses(preflight.parse_args, [f"{flag}={value}"], flag, value, capsys)
     defaults = preflight.parse_args([])
     assert (defaults.deadline, defaults.repeats, len(defaults.sizes)) == (120, 3, 4)
@@ -86,7 +86,7 @@ def test_the_preflight_module_refuses_a_bad_number(flag, value, capsys):
 
 @pytest.mark.parametrize("flag, value", [("--batch-size", "0"), ("--top-k", "0"), ("--top-k", "-1")])
 def test_predict_refuses_a_bad_count(flag, value, capsys):
-    from common import predicting
+    from tools import predicting
     required = ["--model", "m", "--input", "i", "--out", "o"]
     assert_parser_refuses(predicting.parser("predict").parse_args, [*required, f"{flag}={value}"], flag, value,
                           capsys)
@@ -131,7 +131,7 @@ def test_invoke_run_refuses_a_port_base_without_room_for_the_workers(port):
 
 @pytest.mark.parametrize("port", ["0", "65535"])
 def test_the_process_starter_refuses_a_port_base_without_room_for_the_workers(port, capsys):
-    from common import spawn
+    from tools import spawn
     with pytest.raises(SystemExit) as stop:
         spawn.main(["--nproc", "2", "--hosts", "n1,n2", "--port-base", port, "--", "true"])
     assert stop.value.code == 2

@@ -3,7 +3,7 @@ from commands.k8s import build_manifests
 from commands.launch import build_launch
 from commands.slurm import render_sbatch
 from common.contract import GPUS_PER_PROCESS_ENV
-from common.spawn import worker_environments
+from tools.spawn import worker_environments
 
 
 def _env_of(manifests):

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import REPO
 
-PACKAGES = ("common", "commands", "ci", "tasks")
+PACKAGES = ("common", "tools", "commands", "ci", "tasks")
 # Modules that touch the world; a builder in commands/ may use none of them.
 IMPURE_MODULES = {"subprocess", "shutil", "socket", "tempfile", "glob", "pathlib", "time", "datetime", "io",
                   "urllib", "http", "requests", "docker", "multiprocessing", "threading", "signal", "platform",
@@ -101,7 +101,7 @@ def impurities(source: str, where: str) -> list[str]:
                 top = module.split(".")[0]
                 if top in IMPURE_MODULES:
                     found.append(f"{where}:{node.lineno}: imports {module}")
-                elif top in ("common", "ci", "tasks") and module != "common.contract" \
+                elif top in ("common", "tools", "ci", "tasks") and module != "common.contract" \
                         and not (module == "common" and [a.name for a in node.names] == ["contract"]):
                     found.append(f"{where}:{node.lineno}: imports {module} (only common.contract is pure)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in IMPURE_CALLS:
@@ -155,7 +155,7 @@ def test_the_loop_finder_finds_a_loop():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("package", ["common", "commands", "ci", "ci/nightly", "ci/bench", "tasks"])
+@pytest.mark.parametrize("package", ["common", "tools", "commands", "ci", "ci/nightly", "ci/bench", "tasks"])
 def test_each_package_docstring_names_everything_it_holds(package):
     folder = REPO / package
     docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
@@ -197,3 +197,39 @@ def test_functions_are_short_but_for_the_ones_kept_whole():
                     long[f"{path.relative_to(REPO)}::{node.name}"] = lines
     assert set(long) - set(KEPT_LONG) == set(), f"over {LONG} lines: {long}"
     assert set(KEPT_LONG) <= set(long), "a kept long function is short now: drop it from KEPT_LONG"
+
+
+def reached_from_train_scripts() -> set[str]:
+    """The common/ modules some recipe's train.py imports, directly or through another module (the recipe's
+    own modules included)."""
+    reached, todo = set(), []
+    for train in sorted((REPO / "recipes").glob("*/train.py")):
+        folder = train.parent
+        own = {path.stem: path for path in folder.glob("*.py")}
+        seen_own, pending = set(), [train]
+        while pending:
+            path = pending.pop()
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                    if isinstance(node, ast.ImportFrom) else [])
+                for name in names:
+                    if name in MODULES and name.startswith("common."):
+                        todo.append(name)
+                    elif name in own and name not in seen_own:
+                        seen_own.add(name)
+                        pending.append(own[name])
+    graph = import_graph()
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += [m for m in graph[name] if m.startswith("common.")]
+    return reached
+
+
+def test_common_holds_only_what_some_train_script_imports():
+    held = {name for name in MODULES if name.startswith("common.")}
+    assert {"common.training", "common.launchers", "common.contract"} <= reached_from_train_scripts()
+    assert held - reached_from_train_scripts() == set(), \
+        "no train.py imports these, directly or not: move them out of common/ (tools/ holds what runs beside training)"

@@ -251,7 +251,7 @@ def test_the_dry_run_lists_the_files_and_writes_nothing():
 def checkout(tmp_path):
     """The folders `invoke new` reads and writes, copied: the task runs there, not in this checkout."""
     root = tmp_path / "tf-recipes"
-    for folder in ("tasks", "commands", "common", "ci", "recipes", "stacks"):
+    for folder in ("tasks", "commands", "common", "tools", "ci", "recipes", "stacks"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return root
 

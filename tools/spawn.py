@@ -1,9 +1,9 @@
 """Start this node's worker processes for MultiWorkerMirroredStrategy, each with its own TF_CONFIG.
 
-    python -m common.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
+    python -m tools.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
 
     # two nodes without a scheduler: the same command on each, with its own --node-index
-    python -m common.spawn --nproc 8 --gpus-per-worker 1 --hosts node1,node2 --node-index 0 \
+    python -m tools.spawn --nproc 8 --gpus-per-worker 1 --hosts node1,node2 --node-index 0 \
         --port-base 23456 -- python recipes/mnist-cnn/train.py --launcher multiworker
 
 This is what a cluster scheduler does for a job: it gives worker i the TF_CONFIG with task index i
@@ -16,7 +16,6 @@ then stop together with a checkpoint (see common/stopping.py) and exit with 143.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -26,39 +25,7 @@ import time
 
 from common.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV
 from common.stopping import forwarding_stop_signals
-
-
-def build_tf_config(addresses: list[str], index: int) -> str:
-    """TF_CONFIG for worker `index` of a cluster of workers at `addresses` (host:port)."""
-    return json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
-
-
-def check_tf_config(text: str) -> dict:
-    """TF_CONFIG parsed and checked before anything waits on it; a ValueError naming the value that
-    cannot work (not JSON, no cluster, a task type or index outside the cluster, an address twice)."""
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {text!r}") from None
-    cluster = config.get("cluster") if isinstance(config, dict) else None
-    if not isinstance(cluster, dict) or not cluster or not all(isinstance(v, list) for v in cluster.values()):
-        raise ValueError(f'TF_CONFIG needs "cluster": {{"worker": ["host:port", ...]}}: {text!r}')
-    task = config.get("task")
-    if not isinstance(task, dict) or "type" not in task or "index" not in task:
-        raise ValueError(f'TF_CONFIG needs "task": {{"type": "worker", "index": I}}: {text!r}')
-    kind, index = task["type"], task["index"]
-    if kind not in cluster:
-        raise ValueError(f"TF_CONFIG task type {kind!r} is not in its cluster ({', '.join(cluster)})")
-    members = cluster[kind]
-    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(members):
-        raise ValueError(f"TF_CONFIG task index {index!r} is outside its cluster's {len(members)} {kind} "
-                         f"address(es) (0..{len(members) - 1}); give each process its own index")
-    addresses = [address for group in cluster.values() for address in group]
-    twice = sorted({address for address in addresses if addresses.count(address) > 1})
-    if twice:
-        raise ValueError(f"TF_CONFIG lists {', '.join(map(str, twice))} more than once; every task needs its "
-                         "own host:port")
-    return config
+from common.tf_config import build_tf_config
 
 
 def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,

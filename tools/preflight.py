@@ -1,8 +1,8 @@
-"""A check of a cluster before a long job: `python -m common.preflight --launcher L`, started in
+"""A check of a cluster before a long job: `python -m tools.preflight --launcher L`, started in
 every process by the same launcher command as a recipe's train.py (`invoke preflight RECIPE`, the
 `--preflight` step of `invoke sbatch` and `invoke k8s`).
 
-    python -m common.spawn --nproc 2 -- python -m common.preflight --launcher multiworker --deadline 30
+    python -m tools.spawn --nproc 2 -- python -m tools.preflight --launcher multiworker --deadline 30
 
 Every process reports its host, rank, visible devices and the TensorFlow, Keras, Horovod, CUDA and
 NCCL versions; one all-reduce over every replica is checked for its exact sum (replica r adds r+1,
@@ -70,7 +70,7 @@ def expected_sum(replicas: int) -> float:
 def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
     """(rank, processes) of this process as its launcher set them, before any collective exists, in
     the order the launcher itself looks: horovod from horovodrun, mpirun (Open MPI) or srun;
-    multiworker from TF_CONFIG (as common.spawn and TFJob set it), a Kubernetes Indexed Job or srun;
+    multiworker from TF_CONFIG (as tools.spawn and TFJob set it), a Kubernetes Indexed Job or srun;
     single and mirrored are one process."""
     if launcher not in ("horovod", "multiworker"):
         return 0, 1

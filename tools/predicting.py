@@ -228,7 +228,7 @@ def run(args, task: str) -> None:
                            f"not a {task} model: use that recipe's predict.py")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
-        handle.write("written by common/predicting.py: a later predict run may write here again\n")
+        handle.write("written by tools/predicting.py: a later predict run may write here again\n")
     unreadable, table, done = [], None, 0
     final = os.path.join(args.out, PREDICTIONS_FILE)
     partial = final + PARTIAL_SUFFIX
