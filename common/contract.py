@@ -10,6 +10,36 @@ loading TensorFlow.
 """
 
 LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
+# What each launcher is. Every part that treats launchers differently (the builders in commands/,
+# common/'s training loop, tasks/, ci/) reads a trait here instead of comparing launcher names; only
+# common/launchers.py, which implements them, names them (tests/unit/test_layout.py finds any other).
+#   one_replica       exactly one replica, whatever --gpus says
+#   one_process       one process drives every replica of its node (a tf.distribute strategy in
+#                     one process); otherwise one process per replica
+#   multi_node        the replicas may span several nodes
+#   gpus_per_process  "all" the node's GPUs, or 1
+#   peers_from        how a process finds its peers: None (it has none), "TF_CONFIG" (a JSON cluster
+#                     description), or "mpi" (ranks started by horovodrun, mpirun or srun --mpi)
+#   collective        what adds up the gradients: None, "strategy" (tf.distribute's all-reduce inside
+#                     the step, with Keras's loss scaling per replica) or "horovod" (Horovod's allreduce
+#                     around apply_gradients, outside any strategy)
+LAUNCHER_TRAITS = {
+    "single": {"one_replica": True, "one_process": True, "multi_node": False, "gpus_per_process": "all",
+               "peers_from": None, "collective": None},
+    "mirrored": {"one_replica": False, "one_process": True, "multi_node": False, "gpus_per_process": "all",
+                 "peers_from": None, "collective": "strategy"},
+    "multiworker": {"one_replica": False, "one_process": False, "multi_node": True, "gpus_per_process": 1,
+                    "peers_from": "TF_CONFIG", "collective": "strategy"},
+    "horovod": {"one_replica": False, "one_process": False, "multi_node": True, "gpus_per_process": 1,
+                "peers_from": "mpi", "collective": "horovod"},
+}
+
+
+def launcher_trait(launcher: str, trait: str):
+    """One trait of a launcher (LAUNCHER_TRAITS); a KeyError names an unknown launcher or trait."""
+    return LAUNCHER_TRAITS[launcher][trait]
+
+
 COLLECTIVES = ("auto", "ring", "nccl")  # multiworker all-reduce implementations
 HOROVOD_RUNNERS = ("horovodrun", "mpirun")  # what starts the Horovod processes
 RUNTIMES = ("local", "docker", "apptainer")  # where the processes run
