@@ -323,7 +323,7 @@ From: {base}
 
 %environment
     export PYTHONPATH={code}
-"""
+"""  # noqa: E501 (the definition's lines are what the image build runs, as they stand)
 
 
 def build_apptainer_exec_command(sif: str, inner_argv: Sequence[str], *, gpus: GpuSelection,

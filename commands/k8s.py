@@ -46,10 +46,12 @@ from commands.containers import CONTAINER_DATA_DIR, CONTAINER_RESULTS_DIR, CONTA
 from commands.launch import (LaunchError, build_launch, build_train_command, check_choice, launch_environment,
                              shell_join)
 from common import contract
-from common.contract import EXIT_STOPPED
+from common.contract import EXIT_STOPPED, LAUNCHERS, launcher_trait
 
 KINDS = ("mpijob", "tfjob", "job")
 KIND_LAUNCHER = {"mpijob": "horovod", "tfjob": "multiworker", "job": "multiworker"}
+# The launchers that have a kind here (common.contract's k8s_kind): the multi-node ones.
+K8S_LAUNCHERS = tuple(name for name in LAUNCHERS if launcher_trait(name, "k8s_kind"))
 WORKER_PORT = 2222  # the TFJob operator's default port; the Indexed Job uses the same
 GRACE_PERIOD = 120  # seconds from SIGTERM to SIGKILL: time to reach the stop step and checkpoint
 TTL_AFTER_FINISHED = 86400  # keep finished jobs (and their logs) a day
@@ -78,8 +80,8 @@ def kind_for(launcher: str | None, kind: str | None) -> tuple[str, str]:
     if kind is not None:
         check_choice("kind", kind, KINDS)
     if launcher is not None:
-        check_choice("launcher", launcher, ("multiworker", "horovod"))
-    kind = kind or ("job" if launcher == "multiworker" else "mpijob")
+        check_choice("launcher", launcher, K8S_LAUNCHERS)
+    kind = kind or (launcher_trait(launcher, "k8s_kind") if launcher else "mpijob")
     launcher = launcher or KIND_LAUNCHER[kind]
     if KIND_LAUNCHER[kind] != launcher:
         choices = " or ".join(k for k, v in KIND_LAUNCHER.items() if v == launcher)
@@ -336,7 +338,8 @@ def _indexed_job(job: _Job, namespace: str | None, resolve_timeout: int) -> list
             "completionMode": "Indexed", "completions": job.workers, "parallelism": job.workers,
             "backoffLimit": 0, "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
             "podFailurePolicy": {"rules": [
-                {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [EXIT_STOPPED]}},
+                {"action": "Ignore",
+                 "onExitCodes": {"containerName": "worker", "operator": "In", "values": [EXIT_STOPPED]}},
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             ]},
             "template": {

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from common import contract
-from common.contract import HOROVOD_RUNNERS, LAUNCHERS
+from common.contract import HOROVOD_RUNNERS, LAUNCHERS, launcher_trait
 
 
 class LaunchError(ValueError):
@@ -59,8 +59,8 @@ def count_replicas(launcher: str, gpus: int, cpu_replicas: int) -> int:
         raise LaunchError(f"--cpu-replicas {cpu_replicas} applies only with --gpus 0; "
                           f"with --gpus {gpus} there is one replica per GPU")
     replicas = gpus or cpu_replicas
-    if launcher == "single" and replicas != 1:
-        raise LaunchError(f"--launcher single runs one replica, not {replicas}; use mirrored, "
+    if launcher_trait(launcher, "one_replica") and replicas != 1:
+        raise LaunchError(f"--launcher {launcher} runs one replica, not {replicas}; use mirrored, "
                           "multiworker or horovod for more")
     return replicas
 
@@ -91,28 +91,30 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     check_choice("launcher", launcher, LAUNCHERS)
     check_choice("horovod runner", horovod_runner, HOROVOD_RUNNERS)
     replicas = count_replicas(launcher, gpus, cpu_replicas)
+    peers_from = launcher_trait(launcher, "peers_from")
     hosts = list(hosts)
-    if len(hosts) > 1 and launcher in ("single", "mirrored"):
+    if len(hosts) > 1 and not launcher_trait(launcher, "multi_node"):
         raise LaunchError(f"--launcher {launcher} runs on one node; with --hosts use multiworker or horovod")
     if hosts and not 0 <= node_index < len(hosts):
         raise LaunchError(f"--node-index {node_index} is not a position in --hosts {','.join(hosts)}")
-    if hostfile and (launcher != "horovod" or hosts or hostfile_nodes < 1):
+    if hostfile and (peers_from != "mpi" or hosts or hostfile_nodes < 1):
         raise LaunchError("a hostfile is for --launcher horovod without --hosts, with its node count")
     nodes = hostfile_nodes if hostfile else max(len(hosts), 1)
-    if launcher == "multiworker" and nodes > 1:
+    if peers_from == "TF_CONFIG" and nodes > 1:
         check_port_range("--port-base", port_base, replicas)
     train = build_train_command(recipe, launcher, train_args, python=python, module=module)
     if nsys_output:
         train = ["nsys", "profile", "--trace=cuda,cudnn,cublas,nvtx,osrt", "--force-overwrite=true",
                  "--output", f"{nsys_output}/nsys-{launcher}-%p", *train]
     # single and mirrored: one process uses every GPU; multiworker and horovod: one GPU per process.
-    env = launch_environment(gpus, gpus if launcher in ("single", "mirrored") else min(gpus, 1))
+    env = launch_environment(gpus, gpus if launcher_trait(launcher, "gpus_per_process") == "all" else min(gpus, 1))
 
-    if launcher == "single":
-        argv = train
-    elif launcher == "mirrored":
-        argv = train + ([] if gpus else ["--cpu-replicas", str(replicas)])
-    elif launcher == "multiworker":
+    # One branch per way of starting the processes: one process (single, mirrored), tools.spawn's
+    # workers with TF_CONFIG (multiworker), or MPI ranks through horovodrun or mpirun (horovod).
+    if launcher_trait(launcher, "one_process"):
+        # A strategy in one process; on CPUs it is told how many replicas (logical devices) to make.
+        argv = train + ([] if gpus or launcher_trait(launcher, "one_replica") else ["--cpu-replicas", str(replicas)])
+    elif peers_from == "TF_CONFIG":
         argv = [python, "-m", "tools.spawn", "--nproc", str(replicas)]
         argv += ["--gpus-per-worker", "1"] if gpus else []
         if nodes > 1:

@@ -149,16 +149,31 @@ def _strings_and_comments(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# Every recipe README's `## ` sections, in this order (tests/unit/test_recipe_readmes.py holds each
+# recipe to it); anything else is a `### ` subsection of one of them.
+README_SECTIONS = ("Overview", "Feature matrix", "Quick start", "Your own data", "Flags", "What makes it distributed",
+                   "Performance", "Tests")
+
+
 def readme(name: str, source: str, title: str) -> str:
-    """The new recipe's README: what it started from and the commands that run it."""
+    """The new recipe's README, in the template of every recipe README (README_SECTIONS): what it
+    started from, the commands that run it, and where each part of the template is to be filled in."""
     what = f" ({title})" if title else ""
+    origin = f"../{source}/README.md"
     return f"""# {name}
 
-Started from [`{source}`](../{source}/README.md){what} with `invoke new {name} --from {source}`.
+## Overview
+
+Started from [`{source}`]({origin}){what} with `invoke new {name} --from {source}`.
 Its `train.py` is that recipe's, renamed; edit its data and model sections to make it yours, and
 keep the launcher lines as they are: they are what makes it run the same under every launcher.
 
-## Run it
+## Feature matrix
+
+The launchers and runtimes of [`{source}`]({origin}#feature-matrix), until this recipe changes how it
+trains. Record here which of them you have run it under.
+
+## Quick start
 
 ```bash
 invoke run {name} --gpus 0 --runtime local -- --max-steps 20
@@ -168,8 +183,31 @@ invoke run {name} --gpus 0 --runtime docker --base cpu -- --max-steps 20
 invoke run {name} --gpus 8 --runtime docker --dry
 ```
 
-`python recipes/{name}/train.py --help` lists its flags. The `launch/` folder holds its SLURM
-scripts and Kubernetes manifests, rendered for this name by `invoke launch-files --recipe {name}`.
+The `launch/` folder holds its SLURM scripts and Kubernetes manifests, rendered for this name by
+`invoke launch-files --recipe {name}`.
+
+## Your own data
+
+What `{source}` reads is in [its README]({origin}#your-own-data); the data section of `train.py`
+(`# ## Data`) is where this recipe reads its own.
+
+## Flags
+
+`python recipes/{name}/train.py --help` lists them.
+
+## What makes it distributed
+
+The lines of `{source}`, labelled where they live: [its list]({origin}#what-makes-it-distributed), and
+`grep -rn "# Distributed:\\|# Horovod:\\|# Strategy:" common recipes/{name}`.
+
+## Performance
+
+Not measured yet: `invoke bench {name}` measures its throughput under each launcher.
+
+## Tests
+
+None of its own yet; the tests of `{source}` show what to prove (training, every launcher's
+weights, resume).
 """
 
 

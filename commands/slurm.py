@@ -26,7 +26,7 @@ import shlex
 
 from commands.launch import LaunchError, ShellWord, build_train_command, check_choice, shell_join
 from common import contract
-from common.contract import EXIT_STOPPED, LAUNCHERS, PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_MODULE
+from common.contract import EXIT_STOPPED, LAUNCHERS, PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_MODULE, launcher_trait
 
 DEFAULT_SIGNAL_GRACE = 120
 
@@ -63,7 +63,7 @@ def _check_request(launcher: str, *, nodes: int, gpus_per_node: int, sif: str | 
                           "`srun --mpi=list` prints, such as pmi2")
     if nodes < 1 or gpus_per_node < 0:
         raise LaunchError(f"--nodes {nodes} / --gpus-per-node {gpus_per_node}: need nodes >= 1, gpus >= 0")
-    if launcher in ("mirrored", "single") and nodes != 1:
+    if not launcher_trait(launcher, "multi_node") and nodes != 1:
         raise LaunchError(f"--launcher {launcher} runs on one node, not {nodes}; use multiworker or horovod")
     if sif and container_image:
         raise LaunchError("give --sif (Apptainer) or --container-image (Pyxis), not both")
@@ -76,8 +76,9 @@ def _check_request(launcher: str, *, nodes: int, gpus_per_node: int, sif: str | 
 def _directives(launcher: str, *, job_name: str, nodes: int, gpus_per_node: int, tasks_per_node: int | None,
                 cpus_per_task: int, time: str, signal_grace: int, partition: str | None, account: str | None,
                 requeue: bool) -> list[str]:
-    # One task per GPU; on CPU-only nodes `tasks_per_node` worker processes (default 1).
-    per_node_tasks = 1 if launcher in ("mirrored", "single") else (gpus_per_node or tasks_per_node or 1)
+    # One task per node with all its GPUs (one process), or one task per GPU; on CPU-only nodes
+    # `tasks_per_node` worker processes (default 1).
+    per_node_tasks = 1 if launcher_trait(launcher, "one_process") else (gpus_per_node or tasks_per_node or 1)
     directives = [
         f"--job-name={job_name}",
         f"--nodes={nodes}",
@@ -110,7 +111,8 @@ def _srun_command(recipe: str, launcher: str, train_args, *, gpus_per_node: int,
     if data_dir and not module:
         train_args += ["--data-dir", "/data" if inside else data_dir]
     train = build_train_command(recipe, launcher, train_args, module=module)
-    srun = ["srun", "--kill-on-bad-exit=1"] + ([f"--mpi={mpi}"] if launcher == "horovod" else [])
+    mpi_ranks = launcher_trait(launcher, "peers_from") == "mpi"  # srun starts them through its MPI plugin
+    srun = ["srun", "--kill-on-bad-exit=1"] + ([f"--mpi={mpi}"] if mpi_ranks else [])
     if sif:
         binds = ["--bind", ShellWord('"$RESULTS":/results')] + (["--bind", f"{data_dir}:/data:ro"] if data_dir else [])
         # No --cleanenv here: the tasks need SLURM_* (cluster resolver) and PMIX_* (MPI) inside.
@@ -135,14 +137,15 @@ def _environment(launcher: str, *, gpus_per_node: int, cpus_per_task: int, check
         f'export SRUN_CPUS_PER_TASK="${{SLURM_CPUS_PER_TASK:-{cpus_per_task}}}"',
         "# The GPUs each task must see; train.py stops with one line (status 2) when TensorFlow sees fewer.",
         f"export {contract.GPUS_PER_PROCESS_ENV}="
-        f"{gpus_per_node if launcher in ('single', 'mirrored') else min(gpus_per_node, 1)}",
+        f"{gpus_per_node if launcher_trait(launcher, 'gpus_per_process') == 'all' else min(gpus_per_node, 1)}",
     ]
     if checkout:  # not in a container, whose image sets it
         lines.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"')
-    if launcher == "multiworker":
+    peers_from = launcher_trait(launcher, "peers_from")
+    if peers_from == "TF_CONFIG":
         lines.append("# Each task is one worker; SlurmClusterResolver builds the cluster from SLURM_* and")
         lines.append("# gives each task its GPU. The chief (task 0) writes results.json.")
-    elif launcher == "horovod":
+    elif peers_from == "mpi":
         lines.append(f"# Each task is one Horovod rank (MPI through srun --mpi={mpi}); rank 0 writes results.json.")
     return lines
 

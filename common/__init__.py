@@ -6,7 +6,10 @@ between launchers lives here, so the recipes stay plain.
   errors, results.json fields); imports nothing;
 - `cli`: the shared flags and the one-line errors, before TensorFlow loads;
 - `launchers`: single, mirrored, multiworker and horovod behind one interface;
-- `training`: the one training loop (steps per call, checkpoints, resume, stop, results);
+- `training`: the one training loop (steps per call, the replica step, evaluation);
+- `checkpoints`: checkpoint and resume, and the stop with a checkpoint;
+- `reporting`: progress, TensorBoard, the replicas' fingerprints and loss scales, results.json;
+- `test_hooks`: the faults a test asks for and the download host; a normal run sets none;
 - `data`: sharding and the global order of examples, the same under every launcher;
 - `image_folder`: `--data-format image-folder`, a folder of class-named subfolders of photos;
 - `atomic`: writes that survive a crash (temporary file, fsync, rename, fsync of the folder);

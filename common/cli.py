@@ -10,7 +10,7 @@ import math
 import os
 import sys
 
-from common import contract
+from common import contract, test_hooks
 from common.contract import COLLECTIVES, LAUNCHERS
 from common.stopping import peer_error_summary
 
@@ -139,10 +139,19 @@ def add_precision_flags(group) -> None:
                             f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
 
 
+class TrainingParser(argparse.ArgumentParser):
+    """argparse's parser that also hands the test hooks of every command line it parses (the --fault-*
+    flags) to common.test_hooks, where the training loop finds them; a recipe never passes them on."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        test_hooks.record(namespace)
+        return namespace, extras
+
+
 def training_parser(description: str, *, batch_size: int, epochs: int, lr: float) -> argparse.ArgumentParser:
     """An argparse parser with the shared flags; a recipe adds its own and sets its defaults."""
-    parser = argparse.ArgumentParser(description=description,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = TrainingParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     run = parser.add_argument_group("launch")
     run.add_argument("--launcher", choices=LAUNCHERS, default="single",
                      help="how replicas are created and kept in sync")
@@ -164,7 +173,8 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
                        help="multiply the learning rate by the number of replicas")
     train.add_argument("--lr-warmup-steps", type=non_negative_int, default=100,
                        help="steps over which a scaled learning rate ramps up from the base rate")
-    train.add_argument("--seed", type=non_negative_int, default=42, help="seed for weights, data order and augmentation")
+    train.add_argument("--seed", type=non_negative_int, default=42,
+                       help="seed for weights, data order and augmentation")
     add_precision_flags(train)
     train.add_argument("--xla", action="store_true", help="compile each replica's step with XLA")
     train.add_argument("--steps-per-loop", type=positive_int, default=10, metavar="K",
@@ -187,6 +197,7 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
                      help="first steps left out of the throughput figures (tracing, autotuning)")
     out.add_argument("--profile", type=step_window, default=None, metavar="START:END",
                      help="write a TensorBoard profiler trace of steps START+1..END to RESULTS/profile")
+    # Test hooks (common/test_hooks.py says who sets each and why); a normal run sets none.
     out.add_argument("--fault-desync-replica", type=non_negative_int, default=None, metavar="R",
                      help="testing only: perturb replica R's weights before the final check, "
                           "to see the desync guard stop the run")

@@ -19,19 +19,22 @@ LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
 #   multi_node        the replicas may span several nodes
 #   gpus_per_process  "all" the node's GPUs, or 1
 #   peers_from        how a process finds its peers: None (it has none), "TF_CONFIG" (a JSON cluster
-#                     description), or "mpi" (ranks started by horovodrun, mpirun or srun --mpi)
+#                     description, or what SLURM's variables give TF's cluster resolver), or "mpi" (ranks
+#                     started by horovodrun, mpirun or srun --mpi)
 #   collective        what adds up the gradients: None, "strategy" (tf.distribute's all-reduce inside
 #                     the step, with Keras's loss scaling per replica) or "horovod" (Horovod's allreduce
 #                     around apply_gradients, outside any strategy)
+#   k8s_kind          the Kubernetes kind `invoke k8s` makes for it unless told (commands/k8s.py): "job"
+#                     (an Indexed Job), "mpijob" (the MPI Operator's MPIJob), or None (it runs on one node)
 LAUNCHER_TRAITS = {
     "single": {"one_replica": True, "one_process": True, "multi_node": False, "gpus_per_process": "all",
-               "peers_from": None, "collective": None},
+               "peers_from": None, "collective": None, "k8s_kind": None},
     "mirrored": {"one_replica": False, "one_process": True, "multi_node": False, "gpus_per_process": "all",
-                 "peers_from": None, "collective": "strategy"},
+                 "peers_from": None, "collective": "strategy", "k8s_kind": None},
     "multiworker": {"one_replica": False, "one_process": False, "multi_node": True, "gpus_per_process": 1,
-                    "peers_from": "TF_CONFIG", "collective": "strategy"},
+                    "peers_from": "TF_CONFIG", "collective": "strategy", "k8s_kind": "job"},
     "horovod": {"one_replica": False, "one_process": False, "multi_node": True, "gpus_per_process": 1,
-                "peers_from": "mpi", "collective": "horovod"},
+                "peers_from": "mpi", "collective": "horovod", "k8s_kind": "mpijob"},
 }
 
 

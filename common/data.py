@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common import test_hooks
 from common.contract import UserError
 
 
@@ -40,6 +41,14 @@ def can_download(host: str, timeout_s: float = 5.0) -> bool:
         return True
     except OSError:
         return False
+
+
+def cannot_download(timeout_s: float = 5.0) -> str | None:
+    """Why a dataset or weights download cannot start now ("HOST cannot be reached"), or None when
+    the download host (common.test_hooks.download_host: storage.googleapis.com) answers or a proxy
+    is configured. For the message that asks to prepare the data offline instead."""
+    host = test_hooks.download_host()
+    return None if can_download(host, timeout_s) else f"{host} cannot be reached"
 
 
 def error_reason(error: BaseException, limit: int = 300) -> str:
@@ -72,6 +81,7 @@ def check_labels(labels, num_classes: int, where: str, remedy: str) -> None:
 class InputShard:
     """Which share of the data one input pipeline reads, and how it batches it."""
 
+    # Distributed: the job's input pipelines, and which one this is
     num_pipelines: int  # input pipelines in the job: 1 per worker process
     pipeline_id: int  # this pipeline's index, 0 .. num_pipelines-1
     per_replica_batch: int  # batch size of one replica (what this pipeline's batches hold)
@@ -80,7 +90,7 @@ class InputShard:
     def __post_init__(self):
         if not 0 <= self.pipeline_id < self.num_pipelines:
             raise ValueError(f"pipeline_id {self.pipeline_id} outside 0..{self.num_pipelines - 1}")
-        if self.global_batch % self.num_pipelines:
+        if self.global_batch % self.num_pipelines:  # Distributed: whole slices for every pipeline
             raise ValueError(
                 f"global batch {self.global_batch} does not divide over {self.num_pipelines} pipelines")
 
@@ -121,7 +131,7 @@ def pipeline_positions(shard: InputShard, num_positions: int) -> np.ndarray:
     """Which positions of the global stream (of `num_positions`) this pipeline reads, in order."""
     share = shard.global_batch // shard.num_pipelines  # contiguous: this pipeline's replicas' slices
     positions = np.arange(num_positions, dtype=np.int64).reshape(-1, shard.num_pipelines, share)
-    return positions[:, shard.pipeline_id, :].reshape(-1)
+    return positions[:, shard.pipeline_id, :].reshape(-1)  # Distributed: this pipeline's slice of each global batch
 
 
 def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: int,
@@ -132,7 +142,7 @@ def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: 
     the same count on every pipeline, so no worker waits on a collective that another never joins.
     """
     order = global_order(num_examples, shard.global_batch, total_steps, seed, start_step, shuffle)
-    return order[pipeline_positions(shard, len(order))]
+    return order[pipeline_positions(shard, len(order))]  # Distributed: the shard, cut from the global order
 
 
 def eval_share(num_examples: int, num_pipelines: int, pipeline_id: int) -> slice:
@@ -143,4 +153,5 @@ def eval_share(num_examples: int, num_pipelines: int, pipeline_id: int) -> slice
     if num_examples < num_pipelines:
         raise DataError(f"the evaluation set has {num_examples} examples, fewer than the {num_pipelines} "
                         "processes that share it; evaluate on more examples or with fewer processes")
+    # Distributed: this process's share of the evaluation set
     return slice(pipeline_id * num_examples // num_pipelines, (pipeline_id + 1) * num_examples // num_pipelines)

@@ -1,9 +1,18 @@
-"""The trained model as a SavedModel for TF Serving and predict.py: RESULTS/export/ at the end of a run.
+"""The trained model as a SavedModel for TF Serving and predict.py: a new version in RESULTS/export/ at
+the end of every run.
 
-    RESULTS/export/1/saved_model.pb   signature serving_default: images (tf.string [None], encoded files)
-    RESULTS/export/labels.txt         one class name per line, in class-id order
-    RESULTS/export/classes.json       segmentation only: id, name and RGB colour of every class
-    RESULTS/export/model.json         recipe, task, input size, channels, output names
+    RESULTS/export/N/saved_model.pb                 signature serving_default: images (tf.string [None], encoded files)
+    RESULTS/export/N/assets.extra/labels.txt        one class name per line, in class-id order
+    RESULTS/export/N/assets.extra/classes.json      segmentation only: id, name and RGB colour of every class
+    RESULTS/export/N/assets.extra/model.json        recipe, task, input size, channels, output names
+
+RESULTS/export is a TF Serving model base: N is one more than the highest version already there (1 in a
+new folder), and the versions before it are left as they are, so that a server serves the newest and can
+roll back. assets.extra/ travels with its version, and TF Serving never reads it. Whatever else is in
+RESULTS/export stays (TF Serving ignores a name that is not an integer), but the export refuses, with
+one line, an integer-named entry that holds no saved_model.pb (a server would try to load it) and an
+`export` that is not a folder. export_model checks this before it writes; next_version(RESULTS) is the
+same check for a caller that wants it before training.
 
 The signature takes what a client has, the bytes of JPEG/PNG/BMP/GIF files; decoding, resizing to the
 model's input size (bilinear, aspect ratio not kept, rounded to uint8) and the recipe's
@@ -11,14 +20,19 @@ normalisation happen inside the graph. Classification returns `probabilities` [N
 `class_id` [N]; segmentation returns `class_ids` [N, H, W] and `probabilities` [N, H, W, classes] at
 the model's input size.
 
-Only the chief writes, once per job, into a temporary sibling that is then renamed. The model is
-rebuilt outside any distribution strategy and the trained weights are copied in, so that no
-strategy variable (and no collective) is involved in tracing the export.
+Only the chief writes, once per job. A version appears whole or not at all: it is written into
+RESULTS/export/.partial-XXXXXXXX/version (a name TF Serving ignores, beside PARTIAL_MARKER, the file that
+says this project made the folder), its files are fsynced, and it is renamed to N. A run killed before
+the rename leaves that folder behind; no reader looks at it, and the next export deletes it (a folder
+without the marker is never deleted). The model is rebuilt outside any distribution strategy and the
+trained weights are copied in, so that no strategy variable (and no collective) is involved in
+tracing the export.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -27,10 +41,20 @@ import tensorflow as tf
 
 from common.atomic import fsync_directory, fsync_tree, write_atomically
 from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
-                             EXPORT_VERSION, class_name_problem)
+                             UserError, class_name_problem)
 from common.data import DataError
 
 CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
+SAVED_MODEL_FILE = "saved_model.pb"  # RESULTS/export/N/saved_model.pb: what makes N a version
+EXTRA_DIR = "assets.extra"  # RESULTS/export/N/assets.extra: labels.txt, model.json, classes.json
+VERSION_NAME = re.compile(r"[0-9]+")  # the names TF Serving reads as versions
+PARTIAL_PREFIX = ".partial-"  # RESULTS/export/.partial-XXXXXXXX: a version being written
+PARTIAL_MARKER = ".tf-recipes-export"  # in such a folder: common/export.py made it, a later export deletes it
+PARTIAL_VERSION = "version"  # the version inside it, renamed to RESULTS/export/N when whole
+
+
+class ExportError(UserError):
+    """RESULTS/export cannot take a new version: one line, exit 2."""
 
 
 def decode_images(encoded, image_size, channels):
@@ -66,51 +90,112 @@ def check_class_names(class_names) -> None:
 
 
 def write_export(folder, model, *, recipe, task, class_names, image_size, channels, to_model, palette=None):
-    """Write the export into `folder` (which must not exist yet); see the module docstring."""
+    """Write one version into `folder` (which must not exist yet): the SavedModel, and in
+    assets.extra/ the files that describe it; see the module docstring."""
     check_class_names(class_names)
     archive = keras.export.ExportArchive()
     archive.track(model)
     serve = serving_function(model, task, tuple(image_size), channels, to_model)
     archive.add_endpoint("serve", serve)  # "serve" is also written as the serving_default signature
-    archive.write_out(os.path.join(folder, EXPORT_VERSION), verbose=False)
-    write_atomically(os.path.join(folder, EXPORT_LABELS_FILE), "".join(f"{name}\n" for name in class_names))
+    archive.write_out(folder, verbose=False)
+    extra = os.path.join(folder, EXTRA_DIR)
+    os.makedirs(extra)
+    write_atomically(os.path.join(extra, EXPORT_LABELS_FILE), "".join(f"{name}\n" for name in class_names))
     outputs = ["probabilities", "class_id"] if task == CLASSIFICATION else ["class_ids", "probabilities"]
     info = {"recipe": recipe, "task": task, "image_size": list(image_size), "channels": channels,
             "input": EXPORT_INPUT, "outputs": outputs}
-    write_atomically(os.path.join(folder, EXPORT_INFO_FILE), json.dumps(info, indent=1))
+    write_atomically(os.path.join(extra, EXPORT_INFO_FILE), json.dumps(info, indent=1))
     if task == SEGMENTATION:
         classes = [{"id": i, "name": name, "colour": list(colour)}
                    for i, (name, colour) in enumerate(zip(class_names, palette, strict=True))]
-        write_atomically(os.path.join(folder, EXPORT_CLASSES_FILE), json.dumps(classes, indent=1))
+        write_atomically(os.path.join(extra, EXPORT_CLASSES_FILE), json.dumps(classes, indent=1))
+
+
+# -- the model base: its versions, read by predict.py and numbered by the next export ---------------
+
+def versions(base: str) -> list[str]:
+    """The version folders of the model base `base` (integer names holding a saved_model.pb), oldest
+    first; every other entry (a .partial- folder, a user's file) is not a version. [] if `base` is
+    not a folder."""
+    try:
+        names = os.listdir(base)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted((name for name in names if VERSION_NAME.fullmatch(name)
+                   and os.path.isfile(os.path.join(base, name, SAVED_MODEL_FILE))), key=int)
+
+
+def next_version(results_dir: str) -> int:
+    """The number of the version a run adds to RESULTS/export: one more than the highest there (1 when
+    there is none). An ExportError when RESULTS/export is not a folder, or holds an integer-named
+    entry that is not a version: a server would try to load it, and the numbering would step on it."""
+    base = os.path.join(results_dir, EXPORT_DIR)
+    if os.path.lexists(base) and not os.path.isdir(base):
+        raise ExportError(f"{base} is not a folder, and the exported model's versions go into that folder as "
+                          f"{base}/1, 2, ...: move it away, choose another --results-dir, or pass --no-export")
+    found = versions(base)
+    for name in sorted(os.listdir(base) if os.path.isdir(base) else []):
+        if VERSION_NAME.fullmatch(name) and name not in found:
+            path = os.path.join(base, name)
+            kind = "a folder without saved_model.pb" if os.path.isdir(path) else "not a folder"
+            raise ExportError(f"{path} is named like a model version but is {kind}, and TF Serving would try to "
+                              f"load it: move it out of {base} (or delete it), or choose another --results-dir")
+    return max((int(name) for name in found), default=0) + 1
+
+
+def remove_partial_versions(base: str) -> None:
+    """Delete the .partial- folders that an earlier export left (killed before its rename): only those
+    holding PARTIAL_MARKER, which only this module writes."""
+    for name in sorted(os.listdir(base)):
+        path = os.path.join(base, name)
+        if name.startswith(PARTIAL_PREFIX) and not os.path.islink(path) \
+                and os.path.isfile(os.path.join(path, PARTIAL_MARKER)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def publish(results_dir, write) -> str:
-    """Run write(temporary folder) beside RESULTS/export, then put it in place by renaming: its files
-    are on disk (fsync_tree) before the rename and the rename after it (fsync of RESULTS), so that a
-    crash never leaves an export with empty or zeroed files."""
-    final = os.path.join(results_dir, EXPORT_DIR)
-    temporary = tempfile.mkdtemp(prefix=f".{EXPORT_DIR}-", dir=results_dir)
+    """Run write(temporary folder) inside RESULTS/export, then rename that folder to the next version
+    N: its files are on disk (fsync_tree) before the rename and the rename after it (fsync of
+    RESULTS/export), so that a crash never leaves a version with missing, empty or zeroed files."""
+    base = os.path.join(results_dir, EXPORT_DIR)
+    next_version(results_dir)  # refuse before writing anything
+    if not os.path.isdir(base):
+        os.makedirs(base)
+        fsync_directory(results_dir)
+    remove_partial_versions(base)
+    partial = tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=base)
+    write_atomically(os.path.join(partial, PARTIAL_MARKER),
+                     "written by common/export.py: a version being written; a later export deletes this folder\n")
+    folder = os.path.join(partial, PARTIAL_VERSION)
     try:
-        folder = os.path.join(temporary, EXPORT_DIR)
         write(folder)
         fsync_tree(folder)
-        if os.path.exists(final):  # a resumed run replaces the export of the earlier one
-            os.rename(final, os.path.join(temporary, "previous"))
-        os.rename(folder, final)
-        fsync_directory(results_dir)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
+        final = os.path.join(base, str(next_version(results_dir)))  # counted again: the folder may have changed
+        os.rename(folder, final)  # no folder N exists: next_version has checked every integer name
+        fsync_directory(base)
+    finally:  # a write that failed leaves nothing; one killed leaves the marked folder for the next export
+        shutil.rmtree(partial, ignore_errors=True)
     return final
 
 
 def export_model(launcher, results_dir, model, build, *, enabled=True, **spec) -> str | None:
     """At the end of a run, on every process: the chief exports `model`'s weights in a copy made by
-    `build()` outside any strategy scope; the others wait for it. `spec`: see write_export."""
+    `build()` outside any strategy scope, as a new version; the others wait for it. `spec`: see
+    write_export. Returns the version folder (on the chief)."""
     if not enabled:
         return None
     check_class_names(spec["class_names"])  # on every process, so that none waits for a chief that stopped
+    refusal = None
+    if launcher.is_chief:  # Distributed: the chief's RESULTS/export decides, and every process learns of a refusal
+        try:
+            next_version(results_dir)
+        except ExportError as error:
+            refusal = error
+    if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
+        raise refusal or ExportError(f"the chief refused to write the export into {results_dir} (its error line "
+                                     "says why)")
     final = None
-    if launcher.is_chief:
+    if launcher.is_chief:  # Distributed: only the chief writes the export
         plain = build()
         plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
         final = publish(results_dir, lambda folder: write_export(folder, plain, **spec))

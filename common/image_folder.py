@@ -54,6 +54,7 @@ def _classes(folder: str) -> dict[str, list[str]]:
         if class_name_problem(name):
             raise DataError(f"class folder {name!r} in {folder}: the name {class_name_problem(name)}, and each "
                             "class name is one line of the export's labels.txt; rename the folder")
+        # Distributed: sorted, so every process lists the same files
         files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_SUFFIXES))
         if not files:
             raise DataError(f"class {name!r} in {folder} holds no .jpg, .jpeg or .png file; "
@@ -79,7 +80,7 @@ def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: in
         if not 0 < val_fraction < 1:
             raise DataError(f"--val-fraction {val_fraction} must be between 0 and 1")
         classes = _classes(data_dir)
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed)  # Distributed: the same split in every process
         train, val = {}, {}
         for name, files in classes.items():
             order = rng.permutation(len(files))
@@ -100,7 +101,8 @@ def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: in
     for name in sorted(set(train) - set(val)):
         raise DataError(f"class {name!r} is in {found[TRAIN]} but not in {found[VAL]}; add its validation photos")
     for name in sorted(set(val) - set(train)):
-        raise DataError(f"class {name!r} is in {found[VAL]} but not in {found[TRAIN]}; remove it or add training photos")
+        raise DataError(f"class {name!r} is in {found[VAL]} but not in {found[TRAIN]}; "
+                        "remove it or add training photos")
     names = sorted(train)
     return ImageFolder(data_dir, names, {TRAIN: _as_split(train, names), VAL: _as_split(val, names)})
 

@@ -65,7 +65,7 @@ def tf_config(environ) -> str:
     if index >= len(hosts):
         raise IndexedJobConfigError(f"{INDEX}={index} is not below {WORKERS}={len(hosts)}")
     port = _whole(environ, PORT, 1)
-    return build_tf_config([f"{host}:{port}" for host in hosts], index)
+    return build_tf_config([f"{host}:{port}" for host in hosts], index)  # Strategy: every worker, this one at its index
 
 
 def wait_until_resolvable(hosts, timeout: float, *, resolve=socket.getaddrinfo, clock=time.monotonic,
@@ -98,5 +98,5 @@ def tf_config_when_peers_resolve(environ) -> str:
         timeout = float(text)
     except ValueError:
         raise IndexedJobConfigError(f"{RESOLVE_TIMEOUT}={text!r} is not a number of seconds") from None
-    wait_until_resolvable(worker_hosts(environ), timeout)
+    wait_until_resolvable(worker_hosts(environ), timeout)  # Distributed: every peer's name resolves first
     return config

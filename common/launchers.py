@@ -53,7 +53,7 @@ def weights_fingerprint(arrays) -> str:
 def replica_copies(variable):
     """The per-replica copies of a (Keras or tf) variable on this process, in replica order."""
     tf_variable = getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
-    return list(getattr(tf_variable, "values", (tf_variable,)))
+    return list(getattr(tf_variable, "values", (tf_variable,)))  # Distributed: a mirrored variable's copies
 
 
 def _gpus():
@@ -76,12 +76,19 @@ class Launcher:
     num_nodes = 1  # hosts in the job
 
     @property
+    def traits(self) -> dict:
+        """What this launcher is (common.contract.LAUNCHER_TRAITS): one_replica, one_process, multi_node,
+        gpus_per_process, peers_from, collective. The training loop reads these, never the name."""
+        return contract.LAUNCHER_TRAITS[self.name]
+
+    @property
     def is_chief(self) -> bool:
         """Only the chief prints progress and writes checkpoints and results."""
-        return self.worker_index == 0
+        return self.worker_index == 0  # Distributed: the chief is worker 0
 
     def input_shard(self, per_replica_batch: int) -> InputShard:
         """This process's share of the data: one input pipeline per worker process."""
+        # Distributed: one data shard per process
         return InputShard(self.num_workers, self.worker_index, per_replica_batch,
                           per_replica_batch * self.num_replicas)
 
@@ -101,6 +108,10 @@ class Launcher:
         """Gradients every replica applies. Strategies sum inside `apply_gradients`; Horovod here."""
         return gradients
 
+    def replica_id(self):
+        """In a replica's step: this replica's index in the job, 0 .. num_replicas-1."""
+        raise NotImplementedError
+
     def prepare(self, model, optimizer):
         """Called once the model and optimizer exist and any checkpoint is restored."""
 
@@ -115,23 +126,26 @@ class Launcher:
 
     def eval_share(self, num_examples: int) -> slice:
         """This process's contiguous share of an evaluation set: every example in exactly one share."""
-        return eval_share(num_examples, self.num_workers, self.worker_index)
+        return eval_share(num_examples, self.num_workers, self.worker_index)  # Distributed: eval shard per process
 
     def sum_over_processes(self, values: np.ndarray) -> np.ndarray:
         """Element-wise float64 sum of `values` over every process of the job."""
         return np.asarray(values, np.float64)
 
     # Errors a collective raises when a peer died or froze; the training loop reports them as such.
+    # Distributed: errors of a lost peer
     peer_errors: tuple = tuple(getattr(tf.errors, name) for name in PEER_ERRORS)
 
     def local_fingerprints(self, variables) -> list[str]:
-        per_replica = zip(*[replica_copies(v) for v in variables])
+        # Distributed: one fingerprint per replica
+        per_replica = zip(*[replica_copies(v) for v in variables], strict=False)
         return [weights_fingerprint([c.numpy() for c in copies]) for copies in per_replica]
 
     def all_fingerprints(self, variables) -> list[str]:
         """Fingerprint of every replica in the job, known to every process."""
         # Collectives carry numbers, not strings: each replica's hex digest travels as 16-bit chunks.
         codes = [[int(fp[i:i + 4], 16) for i in range(0, len(fp), 4)] for fp in self.local_fingerprints(variables)]
+        # Distributed: fingerprints gathered from every replica
         return ["".join(f"{int(code):04x}" for code in row) for row in self.gather_replica_rows(codes)]
 
     def gather_replica_rows(self, rows) -> list[list[float]]:
@@ -139,13 +153,6 @@ class Launcher:
         Returns the rows of every replica in the job, in replica order, known to every process.
         The strategies' collectives carry float32: exact for float32 values and whole numbers below 2**24."""
         return [[float(value) for value in row] for row in rows]
-
-    def perturb_replica(self, variables, replica: int):
-        """Testing only: make one replica's weights differ, to prove the desync guard fires."""
-        first_local = self.worker_index * self.local_replicas
-        if first_local <= replica < first_local + self.local_replicas:
-            copy = replica_copies(variables[0])[replica - first_local]
-            copy.assign(copy + tf.ones_like(copy) * 1e-3)
 
     def barrier(self):
         """Wait until every process arrives."""
@@ -157,25 +164,30 @@ class StrategyLauncher(Launcher):
     strategy: tf.distribute.Strategy
 
     def scope(self):
-        return self.strategy.scope()
+        return self.strategy.scope()  # Strategy: variables mirrored on every replica
 
     def distribute_dataset(self, dataset_fn, per_replica_batch):
         def per_worker(context: tf.distribute.InputContext):
             return dataset_fn(InputShard(context.num_input_pipelines, context.input_pipeline_id,
                                          per_replica_batch, per_replica_batch * self.num_replicas))
 
-        return self.strategy.distribute_datasets_from_function(per_worker)
+        return self.strategy.distribute_datasets_from_function(per_worker)  # Strategy: one pipeline per worker
 
     def run(self, replica_fn, batch, reduce=True):
-        outputs = self.strategy.run(replica_fn, args=tuple(batch))
+        outputs = self.strategy.run(replica_fn, args=tuple(batch))  # Strategy: the step on every replica
         if not reduce:
             return None
+        # Strategy: step outputs summed over replicas
         return {key: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
                 for key, value in outputs.items()}
+
+    def replica_id(self):
+        return tf.distribute.get_replica_context().replica_id_in_sync_group  # Strategy: the replica's index
 
     def mean_over_replicas(self, tensors):
         if not tensors or self.num_replicas == 1:
             return tensors
+        # Strategy: mean all-reduce in the step
         return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, tensors)
 
     def sum_over_processes(self, values):
@@ -184,8 +196,10 @@ class StrategyLauncher(Launcher):
             return values
         # The first replica of each process contributes its process's values, the others zeros.
         first_local = self.worker_index * self.local_replicas
+        # Strategy: a process's sums on its first replica
         values = self.strategy.experimental_distribute_values_from_function(
             lambda ctx: tf.constant(values if ctx.replica_id_in_sync_group == first_local else 0 * values))
+        # Strategy: process sums in one reduce
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
 
     def gather_replica_rows(self, rows):
@@ -193,18 +207,21 @@ class StrategyLauncher(Launcher):
             return super().gather_replica_rows(rows)
         # Every replica sends its row; every worker gathers all of them.
         first_local = self.worker_index * self.local_replicas
+        # Strategy: each replica's row as its value
         values = self.strategy.experimental_distribute_values_from_function(
             lambda ctx: tf.constant([rows[ctx.replica_id_in_sync_group - first_local]], tf.float32))
+        # Strategy: rows gathered from every worker
         return self.strategy.gather(values, axis=0).numpy().astype(np.float64).tolist()
 
     def barrier(self):
-        if self.num_workers > 1:
+        if self.num_workers > 1:  # Distributed: wait for every process
             self._barrier()
 
     @tf.function
     def _barrier(self):
-        # Strategy: one all-reduce of a constant that every replica must join. Traced once, inside a
+        # One all-reduce of a constant that every replica must join. Traced once, inside a
         # tf.function: the strategy run eagerly adds overhead at every call (and says so in TF 2.21).
+        # Strategy: barrier as an all-reduce
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, self.strategy.run(lambda: tf.constant(1.0)),
                                     axis=None)
 
@@ -234,10 +251,11 @@ class MirroredLauncher(StrategyLauncher):
             # No GPU: split the CPU into N logical devices, one replica each. This must happen
             # before TensorFlow initialises its devices, so the launcher is created first thing.
             cpu = tf.config.list_physical_devices("CPU")[0]
+            # Strategy: the CPU split into replicas
             tf.config.set_logical_device_configuration(
                 cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
             devices = [f"/cpu:{i}" for i in range(cpu_replicas)]
-        self.strategy = tf.distribute.MirroredStrategy(devices=devices)
+        self.strategy = tf.distribute.MirroredStrategy(devices=devices)  # Strategy: one replica per device
         self.num_replicas = self.local_replicas = self.strategy.num_replicas_in_sync
 
 
@@ -245,7 +263,7 @@ class MultiWorkerLauncher(StrategyLauncher):
     name = "multiworker"
 
     def __init__(self, cpu_replicas: int = 1, collective: str = "auto", join_timeout: float = 300.0):
-        resolver = self._cluster_resolver()
+        resolver = self._cluster_resolver()  # Strategy: the cluster this worker belongs to
         _allow_gpu_memory_growth()
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation,
                                  collective.upper())
@@ -255,18 +273,20 @@ class MultiWorkerLauncher(StrategyLauncher):
         self.num_workers = len(addresses)
         self.worker_index = own
         self.num_nodes = len({address.rsplit(":", 1)[0] for tasks in spec.values() for address in tasks})
-        wait_for_peers(addresses, own, join_timeout)
+        wait_for_peers(addresses, own, join_timeout)  # Distributed: every worker answers before TF waits
         # Workers that answer but disagree on the cluster would still block below, in C++ that no
         # Python code can interrupt: faulthandler's watchdog ends the process (status 1, with a
         # stack dump) after the same deadline. The barrier is passed only by a complete cluster.
+        # Distributed: a cluster that never forms ends the process
         faulthandler.dump_traceback_later(join_timeout, exit=True)
+        # Strategy: replicas across worker processes
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver,
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=implementation))
         self.num_replicas = self.strategy.num_replicas_in_sync
         self.local_replicas = self.num_replicas // self.num_workers
-        self.barrier()
+        self.barrier()  # Distributed: only a complete cluster passes
         faulthandler.cancel_dump_traceback_later()
 
     @staticmethod
@@ -275,6 +295,7 @@ class MultiWorkerLauncher(StrategyLauncher):
 
         if "TF_CONFIG" not in os.environ and indexed_job.is_indexed_job(os.environ):
             try:
+                # Strategy: TF_CONFIG from a Kubernetes Indexed Job
                 os.environ["TF_CONFIG"] = indexed_job.tf_config_when_peers_resolve(os.environ)
             except indexed_job.IndexedJobConfigError as error:
                 raise LauncherError(str(error)) from None
@@ -283,9 +304,9 @@ class MultiWorkerLauncher(StrategyLauncher):
                 check_tf_config(os.environ["TF_CONFIG"])
             except ValueError as error:
                 raise LauncherError(str(error)) from None
-            return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            return tf.distribute.cluster_resolver.TFConfigClusterResolver()  # Strategy: the cluster from TF_CONFIG
         if "SLURM_PROCID" in os.environ:
-            return _slurm_cluster_resolver()
+            return _slurm_cluster_resolver()  # Strategy: the cluster from SLURM
         raise LauncherError(
             "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them "
             "with `python -m tools.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
@@ -388,56 +409,65 @@ class HorovodLauncher(Launcher):
             raise LauncherError(
                 f"--launcher horovod needs Horovod ({error}); build it with "
                 "`bash ci/setup.sh --horovod` or use the container image") from None
-        self.hvd = hvd
-        hvd.init()  # Horovod: one process per replica, started by horovodrun, mpirun or srun.
+        self.hvd = hvd  # Horovod: the collectives' module
+        # One process per replica, started by horovodrun, mpirun or srun.
+        hvd.init()  # Horovod: one process per replica
         gpus = _gpus()
-        if gpus:  # Horovod: pin one GPU per process, chosen by local rank.
+        if gpus:
+            # Horovod: one GPU per process, by local rank
             tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
             _allow_gpu_memory_growth()
         from horovod.common import exceptions as horovod_exceptions
-        # Horovod: a rank failed or froze (Gloo's timeout); the ops then raise "Horovod has been shut down".
+        # A rank failed or froze (Gloo's timeout); the ops then raise "Horovod has been shut down".
+        # Horovod: errors of a lost rank
         self.peer_errors = Launcher.peer_errors + tuple(
             getattr(horovod_exceptions, name, None) or getattr(tf.errors, name) for name in HOROVOD_PEER_ERRORS)
-        self.num_workers = self.num_replicas = hvd.size()
-        self.worker_index = hvd.rank()
-        self.num_nodes = hvd.cross_size()
+        self.num_workers = self.num_replicas = hvd.size()  # Horovod: ranks are replicas
+        self.worker_index = hvd.rank()  # Horovod: this rank
+        self.num_nodes = hvd.cross_size()  # Horovod: nodes of the job
 
     def distribute_dataset(self, dataset_fn, per_replica_batch):
-        # Horovod: each process reads only its own shard.
+        # Horovod: each rank reads its own shard
         return dataset_fn(self.input_shard(per_replica_batch))
 
     def run(self, replica_fn, batch, reduce=True):
         outputs = replica_fn(*batch)
         if not reduce:
             return None
-        # Horovod: sum the per-replica outputs (losses are already divided by the global batch).
+        # The losses are already divided by the global batch.
+        # Horovod: step outputs summed over ranks
         return {key: self.hvd.allreduce(value, op=self.hvd.Sum) for key, value in outputs.items()}
 
     def aggregate_gradients(self, gradients):
-        # Horovod: sum the gradients of all replicas; each local loss is already scaled by
-        # 1/global_batch, so the sum is the gradient of the mean loss over the global batch.
+        # The sum of every rank's gradients: each local loss is already scaled by 1/global_batch, so
+        # the sum is the gradient of the mean loss over the global batch.
+        # Horovod: gradient all-reduce
         return self.hvd.grouped_allreduce(gradients, op=self.hvd.Sum)
 
+    def replica_id(self):
+        return self.worker_index  # Horovod: one replica per rank, outside any strategy
+
     def prepare(self, model, optimizer):
-        # Horovod: start every replica from rank 0's model and optimizer state. The optimizer must
-        # be built (its slots created) before this, or its state would be left out.
+        # Every replica starts from rank 0's model and optimizer state. The optimizer must be built
+        # (its slots created) before this, or its state would be left out.
         for variable in model.variables + optimizer.variables:
+            # Horovod: rank 0's weights broadcast
             variable.assign(self.hvd.broadcast(variable.value, root_rank=0))
 
     def mean_over_replicas(self, tensors):
-        # Horovod: the mean over ranks, in one fused all-reduce.
+        # Horovod: mean over ranks, one fused all-reduce
         return self.hvd.grouped_allreduce(list(tensors), op=self.hvd.Average) if tensors else tensors
 
     def sum_over_processes(self, values):
         values = tf.constant(np.asarray(values, np.float64))
-        return self.hvd.allreduce(values, op=self.hvd.Sum).numpy()
+        return self.hvd.allreduce(values, op=self.hvd.Sum).numpy()  # Horovod: process sums all-reduced
 
     def gather_replica_rows(self, rows):
-        # Horovod: one replica per rank; every rank gathers every rank's row.
+        # Horovod: rows gathered from every rank
         return [row for rank in self.hvd.allgather_object(super().gather_replica_rows(rows)) for row in rank]
 
     def barrier(self):
-        self.hvd.allreduce(tf.constant(0.0), op=self.hvd.Sum)
+        self.hvd.allreduce(tf.constant(0.0), op=self.hvd.Sum)  # Horovod: barrier as an all-reduce
 
 
 def gpus_asked(environ) -> int:

@@ -13,7 +13,7 @@ from common.contract import DesyncError
 
 def check_in_sync(fingerprints: list[str]) -> None:
     """The desync guard: every replica must end with bit-identical trainable weights."""
-    if len(set(fingerprints)) > 1:
+    if len(set(fingerprints)) > 1:  # Distributed: the replicas must end as one model
         listing = ", ".join(f"replica {i}: {fp}" for i, fp in enumerate(fingerprints))
         raise DesyncError(
             f"replicas finished with different weights ({listing}). The launchers did not keep "
@@ -36,7 +36,7 @@ def throughput(step_times_s: list[float], global_batch: int, num_replicas: int,
     return {
         "timed_steps": int(timed.size),
         "images_per_sec": float(f"{images_per_sec:.4g}"),
-        "images_per_sec_per_replica": float(f"{images_per_sec / num_replicas:.4g}"),
+        "images_per_sec_per_replica": float(f"{images_per_sec / num_replicas:.4g}"),  # Distributed: rate per replica
         "step_time_p50_ms": round(float(np.percentile(timed, 50) * 1e3), 3),
         "step_time_p90_ms": round(float(np.percentile(timed, 90) * 1e3), 3),
     }

@@ -32,6 +32,7 @@ def job_status(status: int, results_dir: str, since: float) -> int:
     EXIT_STOPPED when the training processes stopped on a signal after `since` (a time.time()),
     whatever status the launcher itself chose, else `status`."""
     marker = stopped_marker(results_dir)
+    # Horovod: horovodrun and mpirun report a stop of their ranks as a failure
     if status and os.path.exists(marker) and os.path.getmtime(marker) >= since:
         return EXIT_STOPPED
     return status
@@ -41,7 +42,9 @@ def peer_error_summary(error: Exception) -> str:
     """The line of a collective's error that says what happened to the peer (TensorFlow's first
     line is often just "Graph execution error:")."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    telling = [line for line in lines if re.search(r"heartbeat|shut down|task:\d+|[Cc]onnection|[Ss]ocket|Timed out", line)]
+    # Distributed: the line that names the lost peer
+    telling = [line for line in lines
+               if re.search(r"heartbeat|shut down|task:\d+|[Cc]onnection|[Ss]ocket|Timed out", line)]
     return (telling or lines or [type(error).__name__])[0][:200]
 
 

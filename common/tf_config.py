@@ -7,6 +7,7 @@ import json
 
 def build_tf_config(addresses: list[str], index: int) -> str:
     """TF_CONFIG for worker `index` of a cluster of workers at `addresses` (host:port)."""
+    # Strategy: the cluster, and this worker's place in it
     return json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
 
 
@@ -30,6 +31,7 @@ def check_tf_config(text: str) -> dict:
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(members):
         raise ValueError(f"TF_CONFIG task index {index!r} is outside its cluster's {len(members)} {kind} "
                          f"address(es) (0..{len(members) - 1}); give each process its own index")
+    # Distributed: every task needs its own host:port
     addresses = [address for group in cluster.values() for address in group]
     twice = sorted({address for address in addresses if addresses.count(address) > 1})
     if twice:

@@ -30,7 +30,8 @@ from tasks import host
         "job-name": "job name (default tf-recipes-RECIPE)",
         "signal-grace": "seconds before the time limit at which the tasks get SIGUSR1 and checkpoint",
         "requeue": "when the job stops on a signal with a checkpoint, requeue it; it resumes by itself",
-        "preflight": "first run `python -m tools.preflight` in every task (invoke preflight); a broken cluster stops the job",
+        "preflight": "first run `python -m tools.preflight` in every task (invoke preflight); a broken cluster "
+                     "stops the job",
         "mpi": "srun's MPI plugin for the horovod ranks: pmix (default), or pmi2 on a cluster without PMIx",
         "out": "write the script here instead of printing it",
         "dry": "print the script even when --out is given; write nothing",

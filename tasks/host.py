@@ -7,6 +7,7 @@ import datetime
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -190,8 +191,19 @@ def show(argv, env=None) -> None:
     print(launch.echo_line(argv, env), flush=True)
 
 
-def execute(argv, env=None, dry=False) -> int:
-    """Print the command, then (unless dry) run it with the terminal attached and return its status."""
+# How long a job has to stop with a checkpoint after an interrupt before it is killed: the containers'
+# own --stop-timeout (commands/containers.py), so `docker stop` and Ctrl-C leave a job the same time.
+INTERRUPT_GRACE_SECONDS = 60
+
+
+def execute(argv, env=None, dry=False, leftover=None) -> int:
+    """Print the command, then (unless dry) run it with the terminal attached and return its status.
+
+    An interrupt (Ctrl-C, or SIGINT sent to invoke alone) stops the job as a scheduler would: SIGTERM,
+    on which it checkpoints and exits. A second interrupt, or a job still running after
+    INTERRUPT_GRACE_SECONDS, kills it; then `leftover` (a command, such as `docker rm -f NAME` for
+    the container this run named) removes what the killed command leaves behind.
+    """
     show(argv, env)
     if dry:
         return 0
@@ -205,12 +217,18 @@ def execute(argv, env=None, dry=False) -> int:
     with stopping.forwarding_stop_signals([process]):
         try:
             return process.wait()
-        except KeyboardInterrupt:  # Ctrl-C reached the job too (same process group): let it end
+        except KeyboardInterrupt:
+            # A terminal's Ctrl-C reached the job too (same process group); a SIGINT to invoke alone
+            # did not, and a docker client never passes it on: the job hears SIGTERM either way.
+            process.send_signal(signal.SIGTERM)
             try:
-                return process.wait(timeout=30)
+                return process.wait(timeout=INTERRUPT_GRACE_SECONDS)
             except (KeyboardInterrupt, subprocess.TimeoutExpired):  # a second Ctrl-C, or it hangs
                 process.kill()
-                return process.wait()
+                code = process.wait()
+                if leftover:
+                    subprocess.run(leftover, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+                return code
 
 
 def write_atomically(path: str, text: str) -> None:

@@ -1,6 +1,7 @@
 """`invoke predict RECIPE --model EXPORT --input FILE|FOLDER --out DIR`: recipes/RECIPE/predict.py on this machine.
 
-The model is the export a training run wrote (RESULTS/export, see docs/using.md); predict.py reads only it.
+The model is the export a training run wrote (RESULTS/export, see docs/using.md): its newest version, as TF
+Serving picks it, or the version folder given (RESULTS/export/N); predict.py reads only that version.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tasks import host
     auto_shortflags=False,
     help={
         "recipe": "recipe whose predict.py to run",
-        "model": "the export folder (RESULTS/export) or the results folder that holds it",
+        "model": "the export folder (RESULTS/export: its newest version), the results folder that holds it, "
+                 "or one version folder (RESULTS/export/N)",
         "input": "an image file, or a folder of them",
         "out": "folder for predictions.csv (classification) or the PNG and JSON files (segmentation)",
         "batch-size": "images per call of the model",

@@ -78,7 +78,8 @@ def verdict(results_dir: str, code: int, launcher: str) -> tuple[int, str]:
         with open(path) as handle:
             result = json.load(handle)
     except (OSError, ValueError):
-        return code or contract.EXIT_CLUSTER, f"preflight ({launcher}) wrote no {contract.PREFLIGHT_FILE} (status {code})"
+        return (code or contract.EXIT_CLUSTER,
+                f"preflight ({launcher}) wrote no {contract.PREFLIGHT_FILE} (status {code})")
     if result.get("ok") and code == 0:
         return contract.EXIT_DONE, f"preflight passed: {path}"
     problems = "; ".join(result.get("problems") or [f"status {code}"])

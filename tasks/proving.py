@@ -13,6 +13,8 @@ from commands import launch
 from common.contract import LAUNCHERS
 from tasks import host
 
+EVERY_LAUNCHER = ",".join(LAUNCHERS)  # what `invoke bench --launchers` measures unless told
+
 
 @task(
     positional=["recipe"],
@@ -30,7 +32,7 @@ from tasks import host
         "dry": "print the commands, run nothing",
     },
 )
-def bench(c, recipe, replicas=None, launchers=",".join(LAUNCHERS), rounds="3", gpus="0", out=None,
+def bench(c, recipe, replicas=None, launchers=EVERY_LAUNCHER, rounds="3", gpus="0", out=None,
           input_benchmark=True, input_args="", keep_runs=False, dry=False):
     """Measure RECIPE's images/s under every launcher and replica count; arguments after -- go to train.py."""
     from ci.bench import plan, report, runner

@@ -37,10 +37,11 @@ def _check_request(runtime, base, gpus, launcher, host_list, train_args, data_di
                 host.fail(f"give {flag} to invoke run (before --), not to train.py: in a container it is "
                           f"mounted and the script sees it at /{flag[2:].split('-')[0]}")
     if nsys and runtime == "local" and not shutil.which("nsys") and not dry:
-        host.fail("--nsys needs Nsight Systems (`nsys`) on PATH; it ships in the NGC image (--runtime docker --base ngc)")
+        host.fail("--nsys needs Nsight Systems (`nsys`) on PATH; it ships in the NGC image "
+                  "(--runtime docker --base ngc)")
     if nsys and runtime != "local" and base == "cpu":
         host.fail("--nsys needs Nsight Systems, which only the NGC image has; use --base ngc")
-    if len(host_list) > 1 and launcher == "horovod" and runtime != "local":
+    if len(host_list) > 1 and contract.launcher_trait(launcher, "peers_from") == "mpi" and runtime != "local":
         host.fail("horovod across hosts starts its ranks over ssh, and invoke run starts no sshd with a shared key "
                   "in the other hosts' containers; use --launcher multiworker with --hosts, SLURM (`invoke sbatch`), "
                   "Kubernetes (`invoke k8s RECIPE --kind mpijob`, which sets that up) or --runtime local")
@@ -54,7 +55,8 @@ def _stack(stack: str, runtime: str, launcher: str) -> str:
         if stack not in ("auto", here):
             host.check_stack(stack)
             host.fail(f"--stack {stack}: this Python's TensorFlow is the {here} stack; run the invoke of a venv made "
-                      f"with `bash ci/setup.sh --stack {stack} --venv .venv-{stack}`, or a container (--runtime docker)")
+                      f"with `bash ci/setup.sh --stack {stack} --venv .venv-{stack}`, "
+                      "or a container (--runtime docker)")
         stack = here
     elif stack == "auto":
         stack = contract.DEFAULT_STACK
@@ -140,7 +142,8 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
                                    hosts=host_list, node_index=launch.parse_count("--node-index", node_index),
                                    port_base=launch.parse_count("--port-base", port_base),
                                    train_args=train_args, horovod_runner=horovod_runner,
-                                   nsys_output=(containers.CONTAINER_RESULTS_DIR if inside else results_dir) if nsys else None,
+                                   nsys_output=(containers.CONTAINER_RESULTS_DIR if inside else results_dir)
+                                   if nsys else None,
                                    python=sys.executable if runtime == "local" else "python",
                                    horovodrun=host.local_horovodrun() if runtime == "local" else "horovodrun",
                                    module=module)
@@ -164,7 +167,8 @@ LAUNCH_HELP = {
     "base": "image variant to run: ngc (ngc-25.02) | gpu (current) | cpu (default: cpu with --gpus 0, else the "
             "stack's GPU base)",
     "image": "run this image instead of tf-recipes/RECIPE:BASE",
-    "hosts": "several nodes without a scheduler: comma-separated hosts (multiworker: run on each with --node-index; horovod: run on the first)",
+    "hosts": "several nodes without a scheduler: comma-separated hosts (multiworker: run on each with "
+             "--node-index; horovod: run on the first)",
     "node-index": "with --hosts and multiworker: this node's position in --hosts",
     "port-base": "with --hosts and multiworker: first worker port, the same on every node",
     "dry": "print the commands and environment, run nothing",
@@ -194,7 +198,9 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
     if not dry:
         os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's
     started = time.time()
-    code = stopping.job_status(host.execute(argv, env, dry), results_dir, started)
+    # A killed docker client leaves its container running: the container this run named goes with it.
+    leftover = [argv[0], "rm", "-f", argv[argv.index("--name") + 1]] if runtime == "docker" else None
+    code = stopping.job_status(host.execute(argv, env, dry, leftover=leftover), results_dir, started)
     if code == contract.EXIT_STOPPED:
         raise Exit(f"{recipe} ({launcher}, {runtime}) stopped on a signal with a checkpoint (status {code}); "
                    f"continue it with the same command plus --results-dir {results_dir} and, after --, --resume",

@@ -21,4 +21,4 @@ def png_size(path) -> tuple[int, int]:
 def table_cells(report: dict) -> list[str]:
     """The host-overhead table's figures, one row per loop: median, median ratio, lowest ratio."""
     return [f"| {median:,.1f} | {statistics.median(ratios):.3f}x | {min(ratios):.3f}x |"
-            for median, ratios in zip(report["medians"].values(), report["ratios"].values())]
+            for median, ratios in zip(report["medians"].values(), report["ratios"].values(), strict=True)]

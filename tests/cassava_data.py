@@ -1,8 +1,8 @@
 """Generated cassava-resnet data for the recipe's tests and its launcher tests: a prepared TFDS
 `cassava` directory of small generated photos, and a ResNet50 backbone weights file.
 
-tests/recipes/cassava/conftest.py makes the fixtures available to the recipe's tests; elsewhere
-they are imported by name."""
+tests/recipes/cassava/conftest.py makes the fixtures available to the recipe's tests, and
+tests/integration/conftest.py to the launcher tests."""
 import pathlib
 
 import pytest

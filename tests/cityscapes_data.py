@@ -13,5 +13,6 @@ def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("cityscapes")
     assert_ok(run_python(f"{RECIPE}/make_fixture.py", "--out", str(root / "release"), "--zip", "--no-tree",
                          "--train", "8", "--val", "4"))
-    assert_ok(run_python(f"{RECIPE}/prepare_data.py", "--source", str(root / "release"), "--out", str(root / "prepared")))
+    assert_ok(run_python(f"{RECIPE}/prepare_data.py", "--source", str(root / "release"),
+                         "--out", str(root / "prepared")))
     return root / "prepared"

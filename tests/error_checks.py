@@ -21,7 +21,8 @@ def assert_one_line_error(process, results_dir, *needles, foreign=None):
     """Returns the error line after checking the exit status, stderr and the results folder.
     `foreign`: a regex for other lines a C library writes to stderr itself (libjpeg's warnings)."""
     assert process.returncode == 2, (
-        f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-3000:]}\n--- stderr ---\n{process.stderr[-6000:]}")
+        f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-3000:]}\n"
+        f"--- stderr ---\n{process.stderr[-6000:]}")
     assert "Traceback" not in process.stderr, process.stderr[-6000:]
     ours = [line for line in process.stderr.splitlines() if line.strip() and not TF_LOG_LINE.match(line)
             and not (foreign and re.match(foreign, line))]

@@ -46,7 +46,8 @@ def read_results(results_dir) -> dict:
 
 def assert_ok(process: subprocess.CompletedProcess) -> None:
     assert process.returncode == 0, (
-        f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-4000:]}\n--- stderr ---\n{process.stderr[-6000:]}")
+        f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-4000:]}\n"
+        f"--- stderr ---\n{process.stderr[-6000:]}")
 
 
 def horovod_available() -> bool:

@@ -50,7 +50,7 @@ def ratios_within_rounds(ours: list[dict], seed: list[dict]) -> dict:
     """ours / seed images/s, taken within each round (both shared its load): median and lowest over
     the rounds, for the first epoch and for the later epochs."""
     def ratio(pick):
-        values = [pick(o) / pick(s) for o, s in zip(ours, seed)]
+        values = [pick(o) / pick(s) for o, s in zip(ours, seed, strict=True)]
         return {"median": round(statistics.median(values), 2), "min": round(min(values), 2)}
 
     result = {"first_epoch": ratio(lambda run: run["epochs"][0]["images_per_sec"])}

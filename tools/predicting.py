@@ -1,12 +1,19 @@
 """Predictions from an exported model (RESULTS/export, common/export.py): what every predict.py runs.
 
-It reads the export only (tf.saved_model.load, labels.txt, classes.json, model.json), never the
-training code, and sends the files' bytes in batches to the serving_default signature:
+--model is the export folder (a TF Serving model base: version folders 1/, 2/, ...), the results folder
+that holds it, or one version folder. Given a model base, it uses the newest version, as TF Serving
+does: the highest integer-named folder that holds a saved_model.pb (a .partial- folder that a killed
+run left, and anything else there, is not a version). It reads that version only (tf.saved_model.load,
+and labels.txt, classes.json and model.json in its assets.extra/), never the training code, and sends
+the files' bytes in batches to the serving_default signature:
 
-- classification: OUT/predictions.csv with file, class, probability and the top k as `name:probability`;
+- classification: OUT/predictions.csv with file, class, probability, the top k as `name:probability`
+  and model_version, the name of the version folder used;
 - segmentation: OUT/NAME.png (the image at the model's input size, half covered by the class colours;
   NAME keeps the subfolders of a folder --input)
-  and OUT/NAME.json (the fraction of the pixels of each class).
+  and OUT/NAME.json (the fraction of the pixels of each class, and model_version).
+
+The version used is also printed, with its folder, before the first prediction.
 
 Output never lands on input. Before anything is written (and before the model is loaded) the run is
 refused with one line, exit 2, when --out and --input overlap (symlinks resolved, each input file
@@ -31,11 +38,12 @@ import sys
 from common.atomic import write_atomically
 from common.cli import positive_int
 from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
-                             EXPORT_SIGNATURE, EXPORT_VERSION, PREDICTIONS_FILE, UserError)
+                             EXPORT_SIGNATURE, PREDICTIONS_FILE, UserError)
 
 
 PREDICT_MARKER = ".tf-recipes-predict"  # in --out: a predict run wrote here, a later run may write again
 PARTIAL_SUFFIX = ".partial"  # predictions.csv while it is being written
+VERSION_COLUMN = "model_version"  # predictions.csv and each segmentation JSON: the version folder used
 
 
 class PredictError(UserError):
@@ -45,7 +53,8 @@ class PredictError(UserError):
 def parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", required=True,
-                        help="the export folder (RESULTS/export), or the results folder that holds it")
+                        help="the export folder (RESULTS/export: its newest version is used), the results folder "
+                             "that holds it, or one version folder (RESULTS/export/N)")
     parser.add_argument("--input", required=True, help="an image file, or a folder of them (not recursive)")
     parser.add_argument("--out", required=True, help="folder for the predictions (created if missing)")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="images per call of the model")
@@ -53,12 +62,37 @@ def parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def find_export(path: str) -> str:
-    for candidate in (path, os.path.join(path, EXPORT_DIR), os.path.dirname(os.path.normpath(path))):
-        if os.path.isfile(os.path.join(candidate, EXPORT_VERSION, "saved_model.pb")):
-            return candidate
-    raise PredictError(f"--model {path}: no exported model there (expected {EXPORT_DIR}/{EXPORT_VERSION}/"
-                       "saved_model.pb, written at the end of a training run without --no-export)")
+def find_export(path: str) -> tuple[str, str]:
+    """(the version folder to load, its name): `path` itself when it is a version folder, else the
+    newest version of `path` or of `path`/export."""
+    from common import export  # here, not at the top: it loads TensorFlow, which the checks before do not need
+
+    if os.path.isfile(os.path.join(path, export.SAVED_MODEL_FILE)):
+        return path, os.path.basename(os.path.normpath(path))
+    base = os.path.join(path, EXPORT_DIR) if os.path.isdir(os.path.join(path, EXPORT_DIR)) else path
+    found = export.versions(base)
+    if found:
+        return os.path.join(base, found[-1]), found[-1]
+    if not os.path.isdir(path):
+        kind = "a file, not a folder" if os.path.exists(path) else "no such folder"
+        raise PredictError(f"--model {path}: no exported model there ({kind}); give the export folder of a training "
+                           f"run (RESULTS/{EXPORT_DIR}) or one of its version folders")
+    raise PredictError(f"--model {path}: no exported model there: {base} holds no version folder (1/, 2/, ... with "
+                       f"{export.SAVED_MODEL_FILE} in it); point --model at RESULTS/{EXPORT_DIR} of a run that "
+                       "finished without --no-export, or at one of its version folders")
+
+
+def extra_file(folder: str, name: str) -> str:
+    """assets.extra/NAME of the version folder `folder`, which the export writes beside the SavedModel."""
+    from common import export
+
+    path = os.path.join(folder, export.EXTRA_DIR, name)
+    if not os.path.isfile(path):
+        raise PredictError(f"--model {folder}: no {export.EXTRA_DIR}/{name} in that version folder (an export written "
+                           f"before versioned folders kept it beside the version: move {EXPORT_LABELS_FILE}, "
+                           f"{EXPORT_INFO_FILE} and {EXPORT_CLASSES_FILE} into "
+                           f"{os.path.join(folder, export.EXTRA_DIR)})")
+    return path
 
 
 def list_inputs(path: str) -> list[str]:
@@ -129,16 +163,16 @@ class Export:
         import tensorflow as tf
 
         self.tf = tf
-        self.path = find_export(path)
-        with open(os.path.join(self.path, EXPORT_INFO_FILE)) as handle:
+        self.path, self.version = find_export(path)  # the version folder, and its name
+        with open(extra_file(self.path, EXPORT_INFO_FILE)) as handle:
             self.info = json.load(handle)
-        with open(os.path.join(self.path, EXPORT_LABELS_FILE)) as handle:
+        with open(extra_file(self.path, EXPORT_LABELS_FILE)) as handle:
             self.class_names = handle.read().splitlines()
         self.colours = None
         if self.info["task"] == "segmentation":
-            with open(os.path.join(self.path, EXPORT_CLASSES_FILE)) as handle:
+            with open(extra_file(self.path, EXPORT_CLASSES_FILE)) as handle:
                 self.colours = [entry["colour"] for entry in json.load(handle)]
-        self.serve = tf.saved_model.load(os.path.join(self.path, EXPORT_VERSION)).signatures[EXPORT_SIGNATURE]
+        self.serve = tf.saved_model.load(self.path).signatures[EXPORT_SIGNATURE]
 
     def __call__(self, blobs: list[bytes]) -> dict:
         outputs = self.serve(**{EXPORT_INPUT: self.tf.constant(blobs)})
@@ -192,10 +226,10 @@ def predict_batch(model: Export, files: list[str], unreadable: list[str]):
 
 def classification_rows(model: Export, files: list[str], outputs: dict, top_k: int) -> list[list]:
     rows = []
-    for path, probabilities in zip(files, outputs["probabilities"]):
+    for path, probabilities in zip(files, outputs["probabilities"], strict=True):
         order = probabilities.argsort()[::-1][:top_k]
         top = " ".join(f"{model.class_names[i]}:{probabilities[i]:.6f}" for i in order)
-        rows.append([path, model.class_names[order[0]], f"{probabilities[order[0]]:.6f}", top])
+        rows.append([path, model.class_names[order[0]], f"{probabilities[order[0]]:.6f}", top, model.version])
     return rows
 
 
@@ -213,7 +247,8 @@ def write_segmentation(model: Export, path: str, blob: bytes, class_ids, out: st
     write_atomically(f"{stem}.png", png)
     counts = np.bincount(class_ids.ravel(), minlength=len(model.class_names)) / class_ids.size
     areas = {"file": path, "size": list(class_ids.shape),
-             "class_fractions": {name: float(counts[i]) for i, name in enumerate(model.class_names)}}
+             "class_fractions": {name: float(counts[i]) for i, name in enumerate(model.class_names)},
+             VERSION_COLUMN: model.version}
     write_atomically(f"{stem}.json", json.dumps(areas, indent=1))
 
 
@@ -226,6 +261,7 @@ def run(args, task: str) -> None:
     if model.info["task"] != task:
         raise PredictError(f"--model {model.path} is a {model.info['task']} model of {model.info['recipe']}, "
                            f"not a {task} model: use that recipe's predict.py")
+    print(f"predict: model version {model.version} ({model.path})", flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
         handle.write("written by tools/predicting.py: a later predict run may write here again\n")
@@ -236,16 +272,16 @@ def run(args, task: str) -> None:
         if task == "classification":
             table = open(partial, "w", newline="")
             writer = csv.writer(table)
-            writer.writerow(["file", "class", "probability", f"top_{args.top_k}"])
+            writer.writerow(["file", "class", "probability", f"top_{args.top_k}", VERSION_COLUMN])
             table.flush()
         for start in range(0, len(files), args.batch_size):
             batch, blobs, outputs = predict_batch(model, files[start:start + args.batch_size], unreadable)
             if task == "classification" and batch:
                 writer.writerows(classification_rows(model, batch, outputs, args.top_k))
                 table.flush()  # the rows of every finished batch survive a later failure
-            for path, blob, class_ids in zip(batch, blobs, outputs["class_ids"] if task == "segmentation" and batch
-                                             else []):
-                write_segmentation(model, path, blob, class_ids, args.out, output_stem(args, path))
+            if task == "segmentation":
+                for path, blob, class_ids in zip(batch, blobs, outputs["class_ids"] if batch else [], strict=True):
+                    write_segmentation(model, path, blob, class_ids, args.out, output_stem(args, path))
             done += len(batch)
             print(f"predict: {min(start + args.batch_size, len(files))}/{len(files)} files", flush=True)
         if table is not None:

@@ -72,11 +72,11 @@ def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
     the order the launcher itself looks: horovod from horovodrun, mpirun (Open MPI) or srun;
     multiworker from TF_CONFIG (as tools.spawn and TFJob set it), a Kubernetes Indexed Job or srun;
     single and mirrored are one process."""
-    if launcher not in ("horovod", "multiworker"):
+    if contract.launcher_trait(launcher, "one_process"):
         return 0, 1
     pairs = [("HOROVOD_RANK", "HOROVOD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
              ("PMIX_RANK", "SLURM_NTASKS"), ("SLURM_PROCID", "SLURM_NTASKS")]
-    if launcher == "multiworker":
+    if contract.launcher_trait(launcher, "peers_from") == "TF_CONFIG":
         try:
             config = json.loads(environ.get("TF_CONFIG", ""))
             workers = [a for group in config["cluster"].values() for a in group]
@@ -179,11 +179,11 @@ def summarize(reports: list[dict], *, launcher: str, replicas: int, nodes: int, 
 
 
 def _row(cells, widths) -> str:
-    return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths)).rstrip()
+    return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
 
 def _table(header, rows) -> list[str]:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
     return [_row(header, widths)] + [_row(row, widths) for row in rows]
 
 
@@ -380,7 +380,8 @@ class Deadline:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--launcher", choices=contract.LAUNCHERS, default="single")
-    parser.add_argument("--cpu-replicas", type=positive_int, default=1, help="mirrored without a GPU: logical CPU devices")
+    parser.add_argument("--cpu-replicas", type=positive_int, default=1,
+                        help="mirrored without a GPU: logical CPU devices")
     parser.add_argument("--collective", choices=contract.COLLECTIVES, default="auto",
                         help="multiworker all-reduce implementation")
     parser.add_argument("--results-dir", default="results/preflight",
@@ -429,7 +430,7 @@ def _nccl_lines(pattern: str | None) -> list[str]:
 def _allreduce(launcher, tf):
     """A function n -> this process's replicas' all-reduced float32 vectors of n elements, to which
     replica r (numbered over the whole job) contributed r+1 in every element."""
-    if launcher.name == "horovod":
+    if contract.launcher_trait(launcher.name, "collective") == "horovod":
         hvd = launcher.hvd
         return lambda n: [hvd.allreduce(tf.fill([n], float(hvd.rank() + 1)), op=hvd.Sum).numpy()]
     strategy, steps = launcher.strategy, {}
@@ -469,7 +470,8 @@ def _versions(tf, launcher, nccl: dict, gpus: list) -> dict:
     except ImportError:
         horovod_version = "none"
     nccl_version = nccl["version"]
-    if nccl_version is None and launcher.name == "horovod" and launcher.hvd.nccl_built():
+    if nccl_version is None and contract.launcher_trait(launcher.name, "collective") == "horovod" \
+            and launcher.hvd.nccl_built():
         nccl_version = str(launcher.hvd.nccl_built())
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "horovod": horovod_version,
             # The CUDA the TensorFlow build was made for, when there is a GPU to use it on.

@@ -10,8 +10,9 @@ This is what a cluster scheduler does for a job: it gives worker i the TF_CONFIG
 (and, with --gpus-per-worker, its own GPUs), streams the workers' output, and stops the others as
 soon as one fails, so that no worker waits forever on a collective its peer will never join. It exits
 with the first failing worker's code. SIGTERM and SIGUSR1 sent to it go on to every worker, which
-then stop together with a checkpoint (see common/stopping.py) and exit with 143. One node picks free ports itself; several nodes agree on
---port-base (ports port-base .. port-base+nproc-1 on every host must be free and reachable).
+then stop together with a checkpoint (see common/stopping.py) and exit with 143. One node picks free
+ports itself; several nodes agree on --port-base (ports port-base .. port-base+nproc-1 on every host
+must be free and reachable).
 """
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def main(argv=None) -> int:
     if args.port_base is not None and not 1 <= args.port_base <= 65536 - args.nproc:
         parser.error(f"--port-base {args.port_base} leaves no room for {args.nproc} worker port(s): "
                      f"give a port from 1024 to {65536 - args.nproc}")
-    ports = free_ports(args.nproc) if args.port_base is None else list(range(args.port_base, args.port_base + args.nproc))
+    ports = (free_ports(args.nproc) if args.port_base is None
+             else list(range(args.port_base, args.port_base + args.nproc)))
 
     workers = []
     for env in worker_environments(args.nproc, ports, args.gpus_per_worker, hosts, args.node_index):

@@ -1,6 +1,7 @@
-"""What the training loop costs on the host: common.training's loop against a bare tf.function loop.
+r"""What the training loop costs on the host: common.training's loop against a bare tf.function loop.
 
-    .venv/bin/python -m ci.bench.host_overhead --batch-size 1 --steps 1500 --rounds 5 --json docs/bench/host-overhead.json
+    .venv/bin/python -m ci.bench.host_overhead --batch-size 1 --steps 1500 --rounds 5 \
+        --json docs/bench/host-overhead.json
 
 Both train the mnist-cnn model (dropout on, Adam) on the same synthetic data through the recipe's own
 input pipeline, one replica, on this machine. The bare loop is what one writes by hand: one
@@ -49,7 +50,8 @@ def bare_loop(images, labels, batch, steps, warmup, seed) -> float:
     def step(x, y):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, model(x, training=True)))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         return loss
 
     iterator = iter(dataset(images, labels, batch, steps, seed))
@@ -101,7 +103,8 @@ def main():
             print(f"round {round_index + 1}: {name}: {rates[name][-1]:,.1f} img/s", file=sys.stderr, flush=True)
     medians = {name: statistics.median(values) for name, values in rates.items()}
     # Each ratio is taken within a round, where both loops shared the machine's state.
-    ratios = {name: [rate / bare for rate, bare in zip(values, rates[BARE])] for name, values in rates.items()}
+    ratios = {name: [rate / bare for rate, bare in zip(values, rates[BARE], strict=True)]
+              for name, values in rates.items()}
     print(f"\nmnist-cnn, batch {args.batch_size}, 1 replica, {args.steps} steps ({args.warmup} warm-up), "
           f"{args.rounds} interleaved rounds\n")
     print("| loop | images/s (median) | vs bare loop (median of rounds) | lowest round |\n|---|---:|---:|---:|")
@@ -110,7 +113,8 @@ def main():
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"date": started, "batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup,
-                       "rounds": rates, "medians": medians, "ratios": ratios, "command": ["-m", "ci.bench.host_overhead", *sys.argv[1:]], "cpus": os.cpu_count(),
+                       "rounds": rates, "medians": medians, "ratios": ratios,
+                       "command": ["-m", "ci.bench.host_overhead", *sys.argv[1:]], "cpus": os.cpu_count(),
                        "load_average": [round(load, 2) for load in os.getloadavg()],
                        "tensorflow": tf.__version__, "keras": keras.__version__}, handle, indent=2)
 

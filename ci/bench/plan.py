@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from commands import launch
-from common.contract import LAUNCHERS
+from common.contract import LAUNCHERS, launcher_trait
 
 # What a run trains when no arguments follow `--`: short runs that make sense on a CPU.
 DEFAULT_TRAIN_ARGS = {
@@ -88,7 +88,7 @@ def train_args_for(recipe: str, given: list[str]) -> list[str]:
 def configurations(launchers, replicas) -> list[tuple[str, int]]:
     """(launcher, replicas) pairs to measure: `single` only at 1 replica, every other launcher at every count."""
     pairs = [(launcher, count) for count in replicas for launcher in launchers
-             if not (launcher == "single" and count != 1)]
+             if not (launcher_trait(launcher, "one_replica") and count != 1)]
     if not pairs:
         raise launch.LaunchError(f"nothing to measure: --launchers {','.join(launchers)} with --replicas "
                                  f"{','.join(map(str, replicas))} (single runs only 1 replica)")

@@ -3,7 +3,8 @@
     .venv/bin/python -m ci.bench.predict --results RESULTS --images 512 --batch-size 32 --rounds 3 \
         --json docs/bench/predict.json
 
-RESULTS is a training run's results folder (final.weights.h5, results.json and export/). The images are
+RESULTS is a training run's results folder (final.weights.h5, results.json and export/, whose newest version
+is the one the final weights were exported into). The images are
 generated PNG files of the model's input size. The export is timed as predict.py calls it: the encoded
 files' bytes in batches of --batch-size into serving_default, which decodes, resizes and normalises in
 the graph. model.predict is the recipe's model with final.weights.h5, given the same images already
@@ -25,8 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from common.contract import (EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_SIGNATURE, EXPORT_VERSION,  # noqa: E402
-                             FINAL_WEIGHTS_FILE, RESULTS_FILE)
+from common import export  # noqa: E402
+from common.contract import (EXIT_USER_ERROR, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,  # noqa: E402
+                             EXPORT_SIGNATURE, FINAL_WEIGHTS_FILE, RESULTS_FILE)
 
 
 def recipe_train_module(recipe):
@@ -75,10 +77,16 @@ def time_keras(model, inputs, batch_size):
 
 
 def measure(args) -> dict:
-    export_dir = os.path.join(args.results, EXPORT_DIR)
-    with open(os.path.join(export_dir, EXPORT_INFO_FILE)) as handle:
+    base = os.path.join(args.results, EXPORT_DIR)
+    found = export.versions(base)
+    if not found:
+        print(f"error: --results {args.results}: {base} holds no version folder (1/, 2/, ...); give the results "
+              "folder of a run that finished without --no-export", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    version = os.path.join(base, found[-1])  # the newest: what the run's final weights were exported into
+    with open(os.path.join(version, export.EXTRA_DIR, EXPORT_INFO_FILE)) as handle:
         info = json.load(handle)
-    serve = tf.saved_model.load(os.path.join(export_dir, EXPORT_VERSION)).signatures[EXPORT_SIGNATURE]
+    serve = tf.saved_model.load(version).signatures[EXPORT_SIGNATURE]
     model, to_model = keras_model(args.results, info)
     arrays, blobs = make_images(args.images, info["image_size"], info["channels"], args.seed)
     inputs = to_model(arrays)

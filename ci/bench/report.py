@@ -12,7 +12,7 @@ import shlex
 import statistics
 
 from ci.bench.plan import INPUT_BENCHMARK, NO_INPUT_BENCHMARK
-from common.contract import LAUNCHERS
+from common.contract import LAUNCHER_TRAITS, LAUNCHERS, launcher_trait
 
 RATE_KEY = "images_per_sec"  # the images/s figure of results.json and of the input benchmarks' reports
 FIGURE_SIZE_INCHES = (15.0, 4.8)
@@ -35,7 +35,8 @@ def summarize(records) -> list[dict]:
         rates = [r["images_per_sec"] for r in group if r.get("images_per_sec") is not None and not r.get("error")]
         batches = [r["global_batch"] for r in group if r.get("global_batch")]
         rows.append({"launcher": launcher, "replicas": replicas, "global_batch": batches[0] if batches else None,
-                     "images_per_sec_rounds": rates, "images_per_sec_median": statistics.median(rates) if rates else None,
+                     "images_per_sec_rounds": rates,
+                     "images_per_sec_median": statistics.median(rates) if rates else None,
                      "failed_rounds": len(group) - len(rates),
                      "replicas_in_sync": all(r.get("replicas_in_sync", True) for r in group)})
     medians = {(row["launcher"], row["replicas"]): row["images_per_sec_median"] for row in rows}
@@ -73,10 +74,15 @@ def input_rates(report) -> dict[str, float]:
     return found
 
 
+def _one_replica(launcher: str) -> bool:
+    """Whether the launcher runs exactly one replica (False for a name this checkout does not know)."""
+    return launcher in LAUNCHER_TRAITS and launcher_trait(launcher, "one_replica")
+
+
 def reference_training_rate(rows) -> tuple[str, float] | None:
     """The training rate the input rates are compared with: single at 1 replica, else the first 1-replica row."""
     candidates = [row for row in rows if row["replicas"] == 1 and row["images_per_sec_median"]]
-    candidates.sort(key=lambda row: row["launcher"] != "single")
+    candidates.sort(key=lambda row: not _one_replica(row["launcher"]))
     if not candidates:
         return None
     return f"{candidates[0]['launcher']}, 1 replica", candidates[0]["images_per_sec_median"]
@@ -107,7 +113,8 @@ def render_markdown(report: dict) -> str:
     lines = [
         f"`{report['command']}`",
         "",
-        f"{report['recipe']}, {report['date']}; {machine.get('cpus')} CPUs ({machine.get('processor') or machine.get('machine')}), "
+        f"{report['recipe']}, {report['date']}; {machine.get('cpus')} CPUs "
+        f"({machine.get('processor') or machine.get('machine')}), "
         f"{'GPUs: ' + str(report['gpus']) if report['gpus'] else 'no GPU'}; {version_text}. "
         f"Median of {report['rounds']} interleaved rounds; train.py arguments: `{shlex.join(report['train_args'])}`.",
         "",
@@ -136,7 +143,8 @@ def render_markdown(report: dict) -> str:
     reference = report.get("training_reference")
     if inputs.get("rates") and reference:
         lines += [f"`{inputs['command']}`", "",
-                  f"| measured | img/s | / training ({reference['label']}: {_number(reference['images_per_sec'])} img/s) |",
+                  f"| measured | img/s | / training ({reference['label']}: "
+                  f"{_number(reference['images_per_sec'])} img/s) |",
                   "|---|---|---|"]
         for name, rate in inputs["rates"].items():
             lines.append(f"| {name} | {_number(rate)} | {rate / reference['images_per_sec']:,.2f}x |")
@@ -246,7 +254,7 @@ def _shared_prefix(names) -> str:
         return ""
     parts = [name.split(".") for name in names]
     shared = []
-    for words in zip(*(part[:-1] for part in parts)):
+    for words in zip(*(part[:-1] for part in parts), strict=False):  # up to the shortest name
         if len(set(words)) != 1:
             break
         shared.append(words[0])

@@ -102,7 +102,8 @@ def run_bench(recipe: str, runs, *, rounds: int, gpus: int, train_args, out: str
         record = run_measurement(run, root, os.path.join(runs_dir, f"{run.name}.log"))
         records.append(record)
         measured = f"{record['images_per_sec']:,.1f} img/s" if not record.get("error") else f"FAILED: {record['error']}"
-        print(f"[{index}/{len(runs)}] round {run.round}/{rounds} {run.launcher} x{run.replicas}: {measured}", flush=True)
+        print(f"[{index}/{len(runs)}] round {run.round}/{rounds} {run.launcher} x{run.replicas}: {measured}",
+              flush=True)
     input_section = run_input_benchmark(recipe, input_command, os.path.join(out, "input-benchmark.json"), out, root)
     machine = {**machine_info(),
                "load_average": {"before": load_before, "after": [round(value, 2) for value in os.getloadavg()]}}

@@ -52,7 +52,8 @@ def describe(report: dict, entry: dict, run_url: str) -> str:
         lines += ["", "Reason:", "", *(f"> {line}" for line in (entry.get("reason") or "(none given)").splitlines())]
     command = entry.get("command")
     if command:  # report.json holds a cell's command as a list of words, a README command as its line
-        lines += ["", "Command:", "", "```", command if isinstance(command, str) else shlex.join(map(str, command)), "```"]
+        text = command if isinstance(command, str) else shlex.join(map(str, command))
+        lines += ["", "Command:", "", "```", text, "```"]
     if entry.get("attempts"):
         lines += ["", f"Attempts: {entry['attempts']}"]
     if run_url:

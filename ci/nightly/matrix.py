@@ -248,7 +248,8 @@ def select(cells: list[Cell], only: str | None) -> list[Cell]:
     return [c for c in cells if c.id in wanted]
 
 
-def cell_command(cell: Cell, results_dir: str, data_dir: str | None, invoke: tuple[str, ...] = ("invoke",)) -> list[str]:
+def cell_command(cell: Cell, results_dir: str, data_dir: str | None,
+                 invoke: tuple[str, ...] = ("invoke",)) -> list[str]:
     """The `invoke run` command of a cell, as a user would type it."""
     count = ["--gpus", str(cell.gpus)] if cell.gpus else ["--gpus", "0", "--cpu-replicas", str(cell.replicas)]
     data = ["--data-dir", data_dir] if data_dir else []
@@ -290,7 +291,8 @@ def nothing_runnable(cells: list[Cell], facts: dict, tier: str) -> str | None:
     counted = ", ".join(f"{reasons.count(r)} {'cell' if reasons.count(r) == 1 else 'cells'}: {r}"
                         for r in dict.fromkeys(reasons))
     lacking = [what for what, missing in (("no GPU (nvidia-smi lists none)", not facts.get("gpus")),
-                                          ("no NGC base image", any(c.base == "ngc" for c in cells) and not facts.get("ngc")),
+                                          ("no NGC base image",
+                                           any(c.base == "ngc" for c in cells) and not facts.get("ngc")),
                                           ("no TensorFlow GPU image",
                                            any(c.base == "gpu" for c in cells) and not facts.get("gpu")))
                if missing]
@@ -423,7 +425,8 @@ def regression_problem(regression: dict, rule: dict) -> str:
             f"{regression['nights']} nights (rule: more than {rule['drop']:.0%} below)")
 
 
-def change_against_history(cell_id: str, ratio: float | None, nights: list[dict], tier: str, window: int) -> float | None:
+def change_against_history(cell_id: str, ratio: float | None, nights: list[dict], tier: str,
+                           window: int) -> float | None:
     """Tonight's ratio against the median of the last `window` passed nights (None: no history)."""
     past = past_ratios(cell_id, nights, tier, window)
     if ratio is None or not past:

@@ -107,7 +107,7 @@ def plot_history(nights: list[dict], tier: str, path: str) -> None:
     cell_ids = list(dict.fromkeys(c for n in nights for c in n["cells"]))
     recipes = list(dict.fromkeys(c.split("/")[0] for c in cell_ids)) or ["(no cells)"]
     figure, panels = plt.subplots(len(recipes), 1, figsize=(9, 2.6 * len(recipes) + 0.8), sharex=True, squeeze=False)
-    for recipe, axes in zip(recipes, panels[:, 0]):
+    for recipe, axes in zip(recipes, panels[:, 0], strict=True):
         for cell_id in [c for c in cell_ids if c.split("/")[0] == recipe]:
             points = [(i, n["cells"][cell_id]) for i, n in enumerate(nights)
                       if n["cells"].get(cell_id, {}).get("images_per_sec")]
@@ -117,7 +117,8 @@ def plot_history(nights: list[dict], tier: str, path: str) -> None:
                       label=cell_id.split("/", 1)[1])
             bad = [(i, c["images_per_sec"]) for i, c in points if c.get("regression") or c.get("status") == "fail"]
             if bad:
-                axes.scatter(*zip(*bad), s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=3)
+                axes.scatter(*zip(*bad, strict=True), s=160, facecolors="none", edgecolors="red", linewidths=2,
+                             zorder=3)
         axes.set_title(recipe, fontsize=10, loc="left")
         axes.set_ylabel("images/s")
         axes.set_ylim(bottom=0)

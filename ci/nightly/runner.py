@@ -34,7 +34,8 @@ def say(message: str) -> None:
 
 # -- running a command within a time limit -------------------------------------------------------
 
-def run_logged(argv, log_path: str, time_limit: float, env: dict | None = None, shell: bool = False) -> tuple[int | None, str]:
+def run_logged(argv, log_path: str, time_limit: float, env: dict | None = None,
+               shell: bool = False) -> tuple[int | None, str]:
     """Run in its own process group with output to `log_path`; (status or None on timeout, output).
 
     On the time limit: SIGTERM to the group (a training job checkpoints and stops), SIGKILL 60 s later."""
@@ -142,17 +143,19 @@ def build_steps(cells, facts: dict, images: dict) -> list[tuple[str, list[str]]]
     SIF made from it, which a later night reuses while the image is unchanged."""
     runnable = [c for c in cells if not nightly.not_runnable(c, facts)]
     steps = []
-    cpu_stacks = list(dict.fromkeys(c.stack for c in runnable if c.base == "cpu" and c.runtime in ("docker", "apptainer")))
+    cpu_stacks = list(dict.fromkeys(c.stack for c in runnable
+                                    if c.base == "cpu" and c.runtime in ("docker", "apptainer")))
     if cpu_stacks:
         choice = cpu_base_choice(images)
         if choice == "bootstrap":
             steps.append(("Debian base (debootstrap)", ["images.bootstrap"]))
         on = "slim" if choice == "slim" else "debian"
-        steps += [(f"CPU base of {stack} on {on}", ["images.cpu", "--stack", stack, "--base", on]) for stack in cpu_stacks]
+        steps += [(f"CPU base of {stack} on {on}", ["images.cpu", "--stack", stack, "--base", on])
+                  for stack in cpu_stacks]
     for cell in {(c.recipe, c.stack, c.base, c.runtime): c for c in runnable if c.runtime != "local"}.values():
         sif = ["--sif-compression", SIF_COMPRESSION] if cell.runtime == "apptainer" else []
-        steps.append((build_step_name(cell),
-                      ["build", cell.recipe, "--stack", cell.stack, "--base", cell.base, "--runtime", cell.runtime, *sif]))
+        steps.append((build_step_name(cell), ["build", cell.recipe, "--stack", cell.stack, "--base", cell.base,
+                                              "--runtime", cell.runtime, *sif]))
     return steps
 
 
@@ -167,7 +170,7 @@ def build_images(cells, facts: dict, images: dict, out: str) -> dict[str, str]:
     for name, args in build_steps(cells, facts, images):
         say(f"building {name}")
         log = os.path.join(out, "build", re.sub(r"[^\w.-]+", "-", name).strip("-") + ".log")
-        status, _, _, _ = with_one_retry(lambda: run_logged([*INVOKE, *args], log, 3600))
+        status, _, _, _ = with_one_retry(lambda args=args, log=log: run_logged([*INVOKE, *args], log, 3600))
         if status != 0:
             failed[name] = f"building {name} failed (status {status}); see {os.path.relpath(log, out)}"
             say(failed[name])
@@ -197,7 +200,8 @@ def load_weights(path: str) -> dict:
 
     arrays = {}
     with h5py.File(path) as handle:
-        handle.visititems(lambda name, item: arrays.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
+        handle.visititems(
+            lambda name, item: arrays.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None)
     return arrays
 
 
@@ -220,7 +224,8 @@ def remove_containers(cell, results_dir: str) -> None:
 def cell_entry(cell, command: list[str], **fields) -> dict:
     """A cell's line in the report, before its checks."""
     return {"id": cell.id, "kind": "cell", "recipe": cell.recipe, "launcher": cell.launcher, "runtime": cell.runtime,
-            "base": cell.base, "stack": cell.stack, "image": cell.image, "tier": cell.tier, "replicas": cell.replicas, "command": command, "attempts": 0,
+            "base": cell.base, "stack": cell.stack, "image": cell.image, "tier": cell.tier, "replicas": cell.replicas,
+            "command": command, "attempts": 0,
             "images_per_sec": None, "ratio": None, "change": None, "problems": [], **fields}
 
 
@@ -442,7 +447,8 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
         entries[command.id] = run_readme(command, out, index)
     night_id = os.environ.get(NIGHT_ID_VARIABLE) or None
     # An earlier attempt of this same night is replaced, not judged against nor plotted twice.
-    nights = [n for n in read_history(history) if not (night_id and n.get("night") == night_id and n.get("tier") == tier)]
+    nights = [n for n in read_history(history)
+              if not (night_id and n.get("night") == night_id and n.get("tier") == tier)]
     found = judge(entries, cells, nights, tier, matrix.regression)
 
     finished = datetime.datetime.now(datetime.timezone.utc)

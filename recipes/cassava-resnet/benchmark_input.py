@@ -220,8 +220,10 @@ def table(report: dict) -> str:
             run = summary[name][key]
             lines.append(f"    {labels[name]:<42}{run['images_per_sec']:>9,.0f}{run['cpu_ms_per_image']:>12.2f}"
                          f"{run['first_batch_s']:>13.2f}")
-        lines.append(f"    ours / seed, within each round: {ratio[key]['median']:.2f}x (lowest {ratio[key]['min']:.2f}x)")
-    lines += ["  memory (MB):            peak RSS  above start  at end: anonymous  file pages (shared)  bytes/image to device"]
+        lines.append(f"    ours / seed, within each round: {ratio[key]['median']:.2f}x "
+                     f"(lowest {ratio[key]['min']:.2f}x)")
+    lines += ["  memory (MB):            peak RSS  above start  at end: anonymous  file pages (shared)"
+              "  bytes/image to device"]
     for name in PIPELINES:
         memory = summary[name]["memory"]
         lines.append(f"    {name:<20}{memory['peak_rss_mb']:>12,.0f}{memory['peak_above_start_mb']:>13,.0f}"
@@ -243,7 +245,8 @@ def main(argv=None):
     parser.add_argument("--photos", type=int, default=1024, help="generated training photos (without --data-dir)")
     parser.add_argument("--image-size", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per pipeline and round: the first, then later ones")
+    parser.add_argument("--epochs", type=int, default=3,
+                        help="epochs per pipeline and round: the first, then later ones")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--step-warmup", type=int, default=2, help="training steps left out (tracing)")
     parser.add_argument("--steps", type=int, default=3, help="timed training steps")
@@ -286,4 +289,4 @@ if __name__ == "__main__":
     try:
         main()
     except input_pipeline.DataError as error:
-        raise SystemExit(f"error: {error}")
+        raise SystemExit(f"error: {error}") from None

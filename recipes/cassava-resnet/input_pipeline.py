@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from common.atomic import replace_durably
 from common.contract import DiskFullError
-from common.data import DataError, InputShard, can_download, check_labels, error_reason, sharded_order
+from common.data import DataError, InputShard, cannot_download, check_labels, error_reason, sharded_order
 from common.image_folder import VAL, ImageFolder, unreadable
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -67,11 +67,11 @@ def cassava_builder(data_dir: str | None, allow_download: bool = True):
     if builder.is_prepared():
         return builder
     missing = f"TFDS cassava is not prepared in {builder.data_dir} and {{}}; {PREPARE_HINT}"
-    if not allow_download:
+    if not allow_download:  # Distributed: a job of several processes never downloads
         raise DataError(missing.format("a job of several processes does not download it (each would)"))
-    host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")  # tests point it nowhere
-    if not can_download(host):
-        raise DataError(missing.format(f"{host} cannot be reached to download it (1.3 GB)"))
+    offline = cannot_download()
+    if offline:
+        raise DataError(missing.format(f"{offline} to download it (1.3 GB)"))
     try:
         builder.download_and_prepare()
     except Exception as error:  # network or proxy failure halfway, a corrupt partial download
@@ -148,7 +148,7 @@ class ImageArrays:
 
     def gather(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         chunk_of = np.searchsorted(self.starts, indices, side="right") - 1
-        images = np.stack([self.images[c][i - self.starts[c]] for c, i in zip(chunk_of, indices)])
+        images = np.stack([self.images[c][i - self.starts[c]] for c, i in zip(chunk_of, indices, strict=True)])
         return images, self.labels[indices]
 
 
@@ -223,32 +223,14 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
     and the files hold the same bytes in the same order as an ordered map would write."""
     if not starts:
         return
-    # One TFDS slice per run of consecutive chunks: a slice that starts mid-file reads (and skips)
-    # the records before it, so many small slices would read the split many times over.
-    runs = [[starts[0]]]
-    for start in starts[1:]:
-        if start == runs[-1][-1] + CHUNK:
-            runs[-1].append(start)
-        else:
-            runs.append([start])
-    parts = [tf.data.Dataset.zip((tf.data.Dataset.range(run[0], min(run[-1] + CHUNK, total)),
-                                  encoded_range(builder, split, run[0], min(run[-1] + CHUNK, total))))
-             for run in runs]
-    dataset = functools.reduce(lambda a, b: a.concatenate(b), parts)
-    dataset = dataset.map(lambda index, example: (index, decode_and_resize(example[0], image_size), example[1]),
-                          num_parallel_calls=len(os.sched_getaffinity(0)), deterministic=False)
-    # A fixed parallelism of one decode per usable core, and no autotuner: deleting an iterator whose
-    # autotuner ran waits for its model thread, up to a second or two in this one-pass pipeline
-    # (measured on 1,024 photos: 0 to 2.3 s of a 3 s pass), and there is nothing to tune here.
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    examples = dataset.batch(DECODE_BATCH).prefetch(2).with_options(options).as_numpy_iterator()
+    runs = _consecutive_runs(starts)
+    examples = _decoded_examples(builder, split, image_size, runs, total)
     count = {start: min(start + CHUNK, total) - start for start in starts}
     filling = {}  # chunk start -> [images file, offset of its data, labels, examples in, crc32s]
     os.makedirs(folder, exist_ok=True)
     try:
         for indices, images, labels in examples:
-            for index, image, label in zip(indices.tolist(), images, labels):
+            for index, image, label in zip(indices.tolist(), images, labels, strict=True):
                 start = index - index % CHUNK
                 if start not in filling:
                     filling[start] = [*_open_chunk_file(_temporary(chunk_paths(folder, start)[0]),
@@ -281,6 +263,36 @@ def write_chunks(builder, split: str, image_size: int, folder: str, starts: list
             for path in (chunk_paths(folder, start)[1], checksums_path(folder, start)):
                 if os.path.exists(_temporary(path)):
                     os.remove(_temporary(path))
+
+
+def _consecutive_runs(starts: list[int]) -> list[list[int]]:
+    """The chunk starts (ascending) grouped into runs of consecutive chunks. One TFDS slice per run:
+    a slice that starts mid-file reads (and skips) the records before it, so many small slices would
+    read the split many times over."""
+    runs = [[starts[0]]]
+    for start in starts[1:]:
+        if start == runs[-1][-1] + CHUNK:
+            runs[-1].append(start)
+        else:
+            runs.append([start])
+    return runs
+
+
+def _decoded_examples(builder, split: str, image_size: int, runs: list[list[int]], total: int):
+    """Batches of (indices, images, labels) of the chunks of `runs`, decoded and resized in one
+    parallel pipeline, in the order they finish."""
+    parts = [tf.data.Dataset.zip((tf.data.Dataset.range(run[0], min(run[-1] + CHUNK, total)),
+                                  encoded_range(builder, split, run[0], min(run[-1] + CHUNK, total))))
+             for run in runs]
+    dataset = functools.reduce(lambda a, b: a.concatenate(b), parts)
+    dataset = dataset.map(lambda index, example: (index, decode_and_resize(example[0], image_size), example[1]),
+                          num_parallel_calls=len(os.sched_getaffinity(0)), deterministic=False)
+    # A fixed parallelism of one decode per usable core, and no autotuner: deleting an iterator whose
+    # autotuner ran waits for its model thread, up to a second or two in this one-pass pipeline
+    # (measured on 1,024 photos: 0 to 2.3 s of a 3 s pass), and there is nothing to tune here.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.batch(DECODE_BATCH).prefetch(2).with_options(options).as_numpy_iterator()
 
 
 def _open_chunk_file(path: str, shape: tuple):
@@ -330,7 +342,8 @@ def _unreadable_example(builder, split: str, runs, total: int, image_size: int, 
                     decode_and_resize(jpeg, image_size)
                 except tf.errors.InvalidArgumentError as bad:
                     if is_folder(builder):
-                        raise unreadable(builder.files(_folder_split(split))[first + offset], error_reason(bad)) from None
+                        path = builder.files(_folder_split(split))[first + offset]
+                        raise unreadable(path, error_reason(bad)) from None
                     return (f"cassava {split} example {first + offset} cannot be decoded as an image "
                             f"({error_reason(bad)}); {remedy}")
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as bad:  # the records themselves
@@ -353,6 +366,7 @@ def cache_split(builder, split: str, image_size: int, cache_dir: str, shard: Inp
     def missing(candidates):
         return [s for s in candidates if load_chunk(folder, s, count[s], image_size, log) is None]
 
+    # Distributed: this pipeline's share of the chunks
     first, last = (len(starts) * i // shard.num_pipelines for i in (shard.pipeline_id, shard.pipeline_id + 1))
     mine = missing(starts[first:last])
     if mine:
@@ -360,14 +374,15 @@ def cache_split(builder, split: str, image_size: int, cache_dir: str, shard: Inp
         log(f"{who}caching {split}: decoding and resizing {sum(count[s] for s in mine)} of {total} images "
             f"to {image_size}x{image_size} in {folder}")
     write_chunks(builder, split, image_size, folder, mine, total)
-    barrier()
-    write_chunks(builder, split, image_size, folder, missing(starts), total)
+    barrier()  # Distributed: every pipeline has written its chunks
+    write_chunks(builder, split, image_size, folder, missing(starts), total)  # Distributed: chunks out of sight
     chunks = [load_chunk(folder, s, count[s], image_size, log) for s in starts]
-    for start, chunk in zip(starts, chunks):
+    for start, chunk in zip(starts, chunks, strict=True):
         if chunk is None:  # decoded again just now, and still not whole: the disk does not keep it
             raise DataError(f"the decoded-image cache chunk {chunk_paths(folder, start)[0]} is still damaged after "
                             f"being decoded again; delete {folder} and check that disk")
-    for start, (_, labels) in zip(starts, chunks):  # out-of-range labels would fail mid-step, naming nothing
+    # out-of-range labels would fail mid-step, naming nothing
+    for start, (_, labels) in zip(starts, chunks, strict=True):
         check_labels(labels, num_classes(builder), f"cassava {split} labels in {chunk_paths(folder, start)[1]} "
                      f"(examples {start}..{start + count[start] - 1})",
                      f"delete {folder} so that it is rebuilt from {builder.data_dir}; if this error returns, "
@@ -391,7 +406,7 @@ def synthetic_split(num_examples: int, image_size: int, seed: int) -> ImageArray
 def make_train_dataset(arrays: ImageArrays, shard: InputShard, total_steps: int, seed: int,
                        start_step: int = 0) -> tf.data.Dataset:
     """This pipeline's per-replica batches of uint8 images and int32 labels, in sharded_order."""
-    order = sharded_order(len(arrays), shard, total_steps, seed, start_step)
+    order = sharded_order(len(arrays), shard, total_steps, seed, start_step)  # Distributed: this pipeline's share
     size = arrays.image_size
 
     def gather(indices):
@@ -406,7 +421,7 @@ def make_eval_dataset(builder, split: str, image_size: int, batch_size: int,
                       share: slice | None = None) -> tf.data.Dataset:
     """One pass over a split, or over examples [share.start, share.stop) of it (this process's
     share, see Launcher.eval_share): decoded in parallel, not cached (read once per run)."""
-    share = share or slice(0, split_size(builder, split))
+    share = share or slice(0, split_size(builder, split))  # Distributed: this process's share of the split
     dataset = encoded_range(builder, split, share.start, share.stop).map(
         lambda jpeg, label: (decode_and_resize(jpeg, image_size), label), num_parallel_calls=AUTOTUNE)
     return dataset.batch(batch_size).prefetch(AUTOTUNE)
@@ -414,7 +429,7 @@ def make_eval_dataset(builder, split: str, image_size: int, batch_size: int,
 
 def arrays_dataset(arrays: ImageArrays, batch_size: int, share: slice | None = None) -> tf.data.Dataset:
     """Evaluation over in-memory ImageArrays (--synthetic), or over examples [share.start, share.stop)."""
-    share = share or slice(0, len(arrays))
+    share = share or slice(0, len(arrays))  # Distributed: this process's share of the examples
     indices = tf.data.Dataset.range(share.start, share.stop).batch(batch_size)
     return indices.map(lambda i: tf.numpy_function(arrays.gather, [i], (tf.uint8, tf.int32), stateful=False))
 

@@ -25,6 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from common import cli, image_folder  # noqa: E402
 
+RECIPE = "cassava-resnet"
+
 
 # ## Command line
 # Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
@@ -56,24 +58,18 @@ import keras  # noqa: E402
 
 import input_pipeline  # noqa: E402
 from common import export, training  # noqa: E402
-from common.data import DataError, can_download, error_reason  # noqa: E402
+from common.data import DataError, cannot_download, error_reason  # noqa: E402
 from common.image_folder import read_image_folder  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
-
-RECIPE = "cassava-resnet"
-IMAGENET_NOTOP = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
-IMAGENET_URL = f"https://storage.googleapis.com/tensorflow/keras-applications/resnet/{IMAGENET_NOTOP}"
-IMAGENET_MD5 = "4d473c1dd8becc155b73f8504c6f6626"  # keras.applications.resnet WEIGHTS_HASHES["resnet50"]
-
-
-class WeightsError(DataError):
-    """Unusable --weights. A DataError, so the shared entry point prints it as one line."""
 
 
 # ## Data
 # Every photo is decoded and resized once, by one input pipeline, into a cache of uint8 images;
 # training batches are gathered from it by the indices of this pipeline's shard (see
 # input_pipeline.py). uint8 all the way to the model: a quarter of the bytes of float32.
+
+CASSAVA_CLASSES = ["cbb", "cbsd", "cgm", "cmd", "healthy"]  # TFDS cassava's label names, in label order
+
 
 def load_train_split(args, launcher):
     if args.synthetic:
@@ -112,6 +108,15 @@ def make_eval_dataset(builder, args, launcher):
 # of the model, so the pipeline ships uint8, the accelerator does the arithmetic, and the saved
 # model cannot be fed the wrong scale. It and the softmax stay float32 under --amp.
 
+IMAGENET_NOTOP = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
+IMAGENET_URL = f"https://storage.googleapis.com/tensorflow/keras-applications/resnet/{IMAGENET_NOTOP}"
+IMAGENET_MD5 = "4d473c1dd8becc155b73f8504c6f6626"  # keras.applications.resnet WEIGHTS_HASHES["resnet50"]
+
+
+class WeightsError(DataError):
+    """Unusable --weights. A DataError, so the shared entry point prints it as one line."""
+
+
 class ImageNetPreprocessing(keras.layers.Layer):
     """uint8 RGB images -> keras.applications.resnet50.preprocess_input (caffe mode)."""
 
@@ -127,11 +132,11 @@ def check_weights(weights):
         # Where keras.utils.get_file keeps downloads: KERAS_HOME or ~/.keras, else /tmp/.keras.
         homes = (os.environ.get("KERAS_HOME") or os.path.expanduser("~/.keras"), "/tmp/.keras")
         cached = [os.path.join(home, "models", IMAGENET_NOTOP) for home in homes]
-        host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")  # tests point it nowhere
-        if not any(os.path.isfile(path) for path in cached) and not can_download(host):
+        offline = None if any(os.path.isfile(path) for path in cached) else cannot_download()
+        if offline:
             raise WeightsError(
-                f"--weights imagenet: the ImageNet ResNet50 weights are not in {cached[0]} and {host} cannot "
-                f"be reached to download them. Download {IMAGENET_URL} on a machine with internet and pass "
+                f"--weights imagenet: the ImageNet ResNet50 weights are not in {cached[0]} and {offline} "
+                f"to download them. Download {IMAGENET_URL} on a machine with internet and pass "
                 "--weights PATH/TO/FILE.h5 (or copy it to that folder), or train from scratch with --weights none")
         return "imagenet"
     if not os.path.isfile(weights):
@@ -157,10 +162,10 @@ def fetch_imagenet_weights(launcher):
                                f"{error}); download it by hand and pass --weights PATH, or use --weights none"
                                ) from None
 
-    if launcher.is_chief:
+    if launcher.is_chief:  # Distributed: the chief downloads the weights
         fetch()
-    launcher.barrier()
-    if not launcher.is_chief:
+    launcher.barrier()  # Distributed: the others wait for the download
+    if not launcher.is_chief:  # Distributed: the others find the chief's copy
         fetch()  # nothing to do when the chief's copy is visible here
 
 
@@ -202,8 +207,11 @@ def load_weights_file(model, backbone, path):
 
 
 TASK = training.classification_task()  # cross-entropy loss, accuracy metric
-CASSAVA_CLASSES = ["cbb", "cbsd", "cgm", "cmd", "healthy"]  # TFDS cassava's label names, in label order
 
+
+# ## Training
+# The same lines under every launcher, as in mnist-cnn; only the weights are fetched first, by the
+# chief, while the other processes wait.
 
 def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
@@ -224,7 +232,8 @@ def main(args):
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
-        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial)
+        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
+        export=args.export)
 
     with launcher.scope():
         model = build_model(args.image_size, weights, len(class_names))
@@ -237,13 +246,12 @@ def main(args):
                                                         trainer.start_step),
         args.batch_size)
     # fit() also averages the batch-norm moving statistics over the replicas and checks them.
-    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica, fault_slow_step=args.fault_slow_step,
-                fault_overflow=args.fault_overflow)
+    trainer.fit(dataset, TASK)
 
     validation = trainer.evaluate(make_eval_dataset(builder, args, launcher), TASK)
     training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")
-    trainer.save_results({"final_metrics": {"validation": validation}, "precision": precision,
-                          "data": "synthetic" if args.synthetic else {"tfds": "cassava"}.get(args.data_format, args.data_format),
+    data = "synthetic" if args.synthetic else {"tfds": "cassava"}.get(args.data_format, args.data_format)
+    trainer.save_results({"final_metrics": {"validation": validation}, "precision": precision, "data": data,
                           "image_size": args.image_size, "weights": args.weights, "classes": class_names})
     export.export_model(launcher, results_dir, model, lambda: build_model(args.image_size, None, len(class_names)),
                         enabled=args.export, recipe=RECIPE, task=export.CLASSIFICATION, class_names=class_names,

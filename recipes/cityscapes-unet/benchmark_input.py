@@ -109,7 +109,7 @@ def seed_loader(prepared: pathlib.Path, batch: int, num_workers: int = 1, worker
         return image, tf.one_hot(categories[..., 0], labels.NUM_CATEGORIES)
 
     files = tf.data.Dataset.list_files(str(prepared / "train" / "images" / "*" / "*.png"))
-    pairs = files.map(read_pair).shard(num_workers, worker)
+    pairs = files.map(read_pair).shard(num_workers, worker)  # Distributed: the seed's shard, after every read
     for step in (decode, to_types, one_hot):
         pairs = pairs.map(step, num_parallel_calls=calls)
     return pairs.repeat().shuffle(buffer_size=SEED_SHUFFLE_BUFFER).batch(batch).prefetch(AUTOTUNE)
@@ -136,7 +136,7 @@ def write_tfrecords(prepared: pathlib.Path, example_ids, out: pathlib.Path, shar
                 feature={"image": feature(image_bytes), "categories": feature(category_bytes)}))
             writers[kind][n % shards].write(record.SerializeToString())
     for kind, group in writers.items():
-        for writer, path in zip(group, paths[kind]):
+        for writer, path in zip(group, paths[kind], strict=True):
             writer.close()
             replace_durably(str(path) + ".tmp", path)
     return paths
@@ -182,7 +182,8 @@ def run_child(prepared: pathlib.Path, name: str, per_replica_batch: int, epochs:
         images = steps * batch
         results.append({"images": images, "seconds": round(now - wall, 3),
                         "images_per_sec": round(images / (now - wall), 2),
-                        "cpu_ms_per_image": round(1000 * (now_cpu - cpu) / images, 1), "first_batch_s": round(first, 3)})
+                        "cpu_ms_per_image": round(1000 * (now_cpu - cpu) / images, 1),
+                        "first_batch_s": round(first, 3)})
         wall, cpu = now, now_cpu
     return {"epochs": results, "memory": memory_since(start)}
 
@@ -224,18 +225,41 @@ def run(prepared: pathlib.Path, work: pathlib.Path, per_replica_batch: int, epoc
         raise SystemExit(f"benchmark_input: {prepared} has {pairs} training pairs; use at least "
                          f"{2 * global_batch} (each worker needs two batches) or a smaller --batch")
     total_steps = epochs * (pairs // global_batch)
-    single = InputShard(1, 0, global_batch, global_batch)
-    workers = [InputShard(2, w, per_replica_batch, global_batch) for w in range(2)]
-    order = sharded_order(pairs, single, total_steps, SEED)
-    prepared_files = ([str(layout.prepared_image(prepared, "train", example_ids[i])) for i in order],
-                      [str(layout.prepared_categories(prepared, "train", example_ids[i])) for i in order])
     # Kept per prepared dataset, so that a work dir shared by several --data-dir never mixes them up.
     key = hashlib.sha256(str(prepared.resolve()).encode()).hexdigest()[:10]
     records = write_tfrecords(prepared, example_ids, work / f"tfrecord-{key}")
+    variants = in_process_variants(prepared, example_ids, records, per_replica_batch, total_steps, epochs)
+    children = CHILDREN
+    if seed_loader_runs and seed_memory_needed(height, width) > 0.7 * data._available_memory_bytes():
+        print(f"the seed's shuffle buffer would hold {seed_memory_needed(height, width) / 2**30:.1f} GiB, more than "
+              "70% of the available memory: its loader is not run", flush=True)
+        seed_loader_runs = False
+    if not seed_loader_runs:
+        children = tuple(name for name in CHILDREN if not name.startswith("seed"))
+    print(f"warm-up pass, then {rounds} rounds of {len(variants)} variants, "
+          f"{total_steps * global_batch} examples each, and {len(children)} pipelines in processes of their own ...",
+          flush=True)
+    runs, child_runs = measure_rounds(variants, children, prepared, per_replica_batch, epochs, rounds)
+    config = {"pairs": pairs, "size": [height, width], "per_replica_batch": per_replica_batch,
+              "global_batch": global_batch, "steps": total_steps, "epochs": epochs, "rounds": rounds}
+    return summarise(prepared, example_ids, records, runs, child_runs, config)
+
+
+def in_process_variants(prepared: pathlib.Path, example_ids, records: dict, per_replica_batch: int,
+                        total_steps: int, epochs: int) -> dict:
+    """The pipelines timed in this process, by name: each a function that builds its dataset."""
+    index = data.read_index(prepared, "train")
+    height, width = index["height"], index["width"]
+    global_batch = 2 * per_replica_batch
+    single = InputShard(1, 0, global_batch, global_batch)
+    workers = [InputShard(2, w, per_replica_batch, global_batch) for w in range(2)]
+    order = sharded_order(len(example_ids), single, total_steps, SEED)
+    prepared_files = ([str(layout.prepared_image(prepared, "train", example_ids[i])) for i in order],
+                      [str(layout.prepared_categories(prepared, "train", example_ids[i])) for i in order])
 
     def ours(shard, **kwargs):
         return data.make_train_dataset(prepared, shard, total_steps, SEED, **kwargs)
-    variants = {
+    return {
         "raw_decode_image_and_categories": lambda: raw_decode(prepared_files, with_labels=True),
         "raw_decode_image_only": lambda: raw_decode(prepared_files, with_labels=False),
         "ours_1_pipeline": lambda: ours(single),
@@ -246,15 +270,12 @@ def run(prepared: pathlib.Path, work: pathlib.Path, per_replica_batch: int, epoc
         "format_tfrecord_png": lambda: tfrecord_reader(records["png"], "png", height, width, epochs),
         "format_tfrecord_raw": lambda: tfrecord_reader(records["raw"], "raw", height, width, epochs),
     }
-    children = CHILDREN
-    if seed_loader_runs and seed_memory_needed(height, width) > 0.7 * data._available_memory_bytes():
-        print(f"the seed's shuffle buffer would hold {seed_memory_needed(height, width) / 2**30:.1f} GiB, more than "
-              "70% of the available memory: its loader is not run", flush=True)
-        seed_loader_runs = False
-    if not seed_loader_runs:
-        children = tuple(name for name in CHILDREN if not name.startswith("seed"))
-    print(f"warm-up pass, then {rounds} rounds of {len(variants)} variants, "
-          f"{len(order)} examples each, and {len(children)} pipelines in processes of their own ...", flush=True)
+
+
+def measure_rounds(variants: dict, children: tuple, prepared: pathlib.Path, per_replica_batch: int, epochs: int,
+                   rounds: int) -> tuple[dict, dict]:
+    """A warm-up pass of every variant, then `rounds` rounds of each variant here and each of `children`
+    in a process of its own: every round's figures, by name."""
     for make in variants.values():
         measure(make().take(2))
     runs = {name: [] for name in variants}
@@ -267,6 +288,12 @@ def run(prepared: pathlib.Path, work: pathlib.Path, per_replica_batch: int, epoc
         print(f"round {round_number + 1}/{rounds} done: " + "  ".join(
             f"{name} " + "/".join(f"{e['images_per_sec']:.1f}" for e in values[-1]["epochs"])
             for name, values in child_runs.items()) + " img/s by epoch", flush=True)
+    return runs, child_runs
+
+
+def summarise(prepared: pathlib.Path, example_ids, records: dict, runs: dict, child_runs: dict, config: dict) -> dict:
+    """The benchmark's report: medians over the rounds, the two-worker jobs, bytes per example, ratios."""
+    pairs = len(example_ids)
     counts = {name: values[0]["count"] for name, values in runs.items()}
     median = {name: statistics.median(run["images_per_sec"] for run in values) for name, values in runs.items()}
     cpu = {name: statistics.median(run["cpu_ms_per_image"] for run in values) for name, values in runs.items()}
@@ -288,29 +315,30 @@ def run(prepared: pathlib.Path, work: pathlib.Path, per_replica_batch: int, epoc
         "tfrecord_raw": sum(path.stat().st_size for path in records["raw"]) / pairs,
     }
     seed_vs_ours = {}
-    if seed_loader_runs:
+    if "seed_1" in child_runs:
         seed_vs_ours = {"1_worker": ratios_within_rounds(child_runs["ours_1"], child_runs["seed_1"]),
                         "worker_0_of_2": ratios_within_rounds(child_runs["ours_w0"], child_runs["seed_w0"])}
+    raw = median["raw_decode_image_and_categories"]
     return {
         "date": datetime.date.today().isoformat(),
         "command": sys.argv,
         "data_dir": str(prepared),
         "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                     "python": platform.python_version(), "tensorflow": tf.__version__},
-        "config": {"pairs": pairs, "size": [height, width], "per_replica_batch": per_replica_batch,
-                   "global_batch": global_batch, "steps": total_steps, "epochs": epochs, "rounds": rounds},
+        "config": config,
         "variants": {name: {"images_per_sec": median[name], "cpu_ms_per_image": cpu[name],
-                            "examples": counts[name], "rounds": runs[name]} for name in variants},
+                            "examples": counts[name], "rounds": values} for name, values in runs.items()},
         "two_workers": {"early": early, "late": late},
         "bytes_per_example": bytes_per_example,
-        "epochs_and_memory": {name: summarise_epochs(values) | {"rounds": values} for name, values in child_runs.items()},
+        "epochs_and_memory": {name: summarise_epochs(values) | {"rounds": values}
+                              for name, values in child_runs.items()},
         "ratios": {
-            "ours_vs_raw_decode": median["ours_1_pipeline"] / median["raw_decode_image_and_categories"],
+            "ours_vs_raw_decode": median["ours_1_pipeline"] / raw,
             "ours_vs_raw_decode_by_cpu": cpu["raw_decode_image_and_categories"] / cpu["ours_1_pipeline"],
             "late_vs_early_job_time": late["seconds"] / early["seconds"],
             "late_vs_early_cpu": late["cpu_seconds"] / early["cpu_seconds"],
-            "tfrecord_png_vs_png_files": median["format_tfrecord_png"] / median["raw_decode_image_and_categories"],
-            "tfrecord_raw_vs_png_files": median["format_tfrecord_raw"] / median["raw_decode_image_and_categories"],
+            "tfrecord_png_vs_png_files": median["format_tfrecord_png"] / raw,
+            "tfrecord_raw_vs_png_files": median["format_tfrecord_raw"] / raw,
             "ours_vs_seed_loader": seed_vs_ours,
         },
     }
@@ -355,17 +383,20 @@ def table(result: dict) -> str:
                   f"{'pipeline':<28}{'1st epoch img/s':>16}{'CPU ms/img':>12}{'1st batch s':>13}"
                   f"{'later img/s':>13}{'CPU ms/img':>12}{'peak RSS MB':>13}"]
         for name, summary in children.items():
-            first, later = summary["first_epoch"], summary["later_epochs"] or {"images_per_sec": 0, "cpu_ms_per_image": 0}
+            first = summary["first_epoch"]
+            later = summary["later_epochs"] or {"images_per_sec": 0, "cpu_ms_per_image": 0}
             lines.append(f"{names[name]:<28}{first['images_per_sec']:>16.1f}{first['cpu_ms_per_image']:>12.1f}"
-                         f"{first['first_batch_s']:>13.2f}{later['images_per_sec']:>13.1f}{later['cpu_ms_per_image']:>12.1f}"
+                         f"{first['first_batch_s']:>13.2f}{later['images_per_sec']:>13.1f}"
+                         f"{later['cpu_ms_per_image']:>12.1f}"
                          f"{summary['memory']['peak_rss_mb']:>13,.0f}")
         for key, label in (("1_worker", "1 worker"), ("worker_0_of_2", "worker 0 of 2")):
             ratio = ratios["ours_vs_seed_loader"].get(key)
             if ratio:
-                later = (f", later epochs {ratio['later_epochs']['median']:.2f}x (lowest {ratio['later_epochs']['min']:.2f}x)"
-                         if "later_epochs" in ratio else "")
+                later = (f", later epochs {ratio['later_epochs']['median']:.2f}x "
+                         f"(lowest {ratio['later_epochs']['min']:.2f}x)" if "later_epochs" in ratio else "")
                 lines.append(f"ours / seed loader, {label}, within each round: first epoch "
-                             f"{ratio['first_epoch']['median']:.2f}x (lowest {ratio['first_epoch']['min']:.2f}x){later}")
+                             f"{ratio['first_epoch']['median']:.2f}x "
+                             f"(lowest {ratio['first_epoch']['min']:.2f}x){later}")
     return "\n".join(lines)
 
 

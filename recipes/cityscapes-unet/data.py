@@ -319,11 +319,11 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     # Which examples to read, and each one's position in the global stream (the augmentation key).
     first = start_step * shard.global_batch
     stream = global_order(count, shard.global_batch, total_steps, seed, start_step)
-    mine = pipeline_positions(shard, len(stream))
+    mine = pipeline_positions(shard, len(stream))  # Distributed: this pipeline's positions in the stream
     if shard_late:
         order, positions = stream, first + np.arange(len(stream))
     else:
-        order, positions = stream[mine], first + mine
+        order, positions = stream[mine], first + mine  # Distributed: sharded before anything is read
     examples = tf.data.Dataset.from_tensor_slices((order, positions))
 
     if cache:
@@ -336,6 +336,7 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     examples = examples.map(lambda i, position: (*fetch(i), position),
                             num_parallel_calls=AUTOTUNE, deterministic=True)
     if shard_late:
+        # Distributed: late sharding, the seed's slow variant
         # Keep this pipeline's slices of every global batch, after everything was decoded.
         share = shard.global_batch // shard.num_pipelines
         examples = examples.filter(
@@ -364,7 +365,7 @@ def make_eval_dataset(data_dir, split: str = "val", *, batch_size: int, size=Non
     index = read_index(data_dir, split)
     height, width = index["height"], index["width"]
     image_files, category_files = _file_names(data_dir, split, index)
-    if share is not None:
+    if share is not None:  # Distributed: this process's share of the split
         image_files, category_files = image_files[share], category_files[share]
 
     def load(image_file, category_file):

@@ -66,6 +66,6 @@ def mean_iou(sums) -> dict:
     """Mean IoU over the categories that occur (in truth or prediction), and per-category IoU."""
     intersection, union = sums["intersection"], sums["union"]
     present = union > 0
-    per_category = [float(i / u) if u > 0 else None for i, u in zip(intersection, union)]
+    per_category = [float(i / u) if u > 0 else None for i, u in zip(intersection, union, strict=True)]
     return {"mean_iou": float((intersection[present] / union[present]).mean()) if present.any() else 0.0,
             "iou_per_category": per_category}

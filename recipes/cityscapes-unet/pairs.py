@@ -184,7 +184,7 @@ class ImageMaskFolders:
                 raise PairsError(f"split {split!r}: no mask folder {mask_folder} for the images in {image_folder}; "
                                  "check --splits and --masks")
             images, masks = _listing(image_folder, IMAGE_SUFFIXES), _listing(mask_folder, (MASK_SUFFIX,))
-            for stem, files in sorted({**images, **masks}.items()):
+            for stem in sorted({**images, **masks}):
                 if len(images.get(stem, [])) > 1:
                     problems.append(f"two images with the stem {stem}: {', '.join(map(str, images[stem]))}; "
                                     "keep one")
@@ -198,7 +198,8 @@ class ImageMaskFolders:
         if flat:
             both = stems_of["train"]
             ordered = sorted(both)
-            chosen = np.random.default_rng(self.seed).permutation(len(ordered))[:round(len(ordered) * self.val_fraction)]
+            permuted = np.random.default_rng(self.seed).permutation(len(ordered))
+            chosen = permuted[:round(len(ordered) * self.val_fraction)]
             val = {ordered[i] for i in chosen}
             stems_of = {"train": {s: f for s, f in both.items() if s not in val},
                         "val": {s: f for s, f in both.items() if s in val}}
@@ -263,7 +264,7 @@ class ImageMaskFolders:
         count = len(self.categories)
         if mask.mode in ("RGB", "RGBA"):
             if any(colour is None for colour in self.colours):
-                missing = [name for name, colour in zip(self.categories, self.colours) if colour is None]
+                missing = [name for name, colour in zip(self.categories, self.colours, strict=True) if colour is None]
                 problems.append(f"{path} is an RGB mask, but {self.classes_file} gives no colour for "
                                 f"{', '.join(missing[:4])}: give every class a colour, or save masks of class ids")
                 return None

@@ -1,9 +1,10 @@
-"""cityscapes-unet: predict with an exported model: the category of every pixel of each street photo: a colour overlay PNG and a class-area JSON per image.
+"""cityscapes-unet: predict with an exported model: the category of each pixel: an overlay PNG and area JSON per image.
 
     python recipes/cityscapes-unet/predict.py --model RESULTS/export --input FILE_OR_FOLDER --out DIR
 
 or `invoke predict cityscapes-unet --model RESULTS/export --input FILE_OR_FOLDER --out DIR`. Reads only the export
-(written at the end of train.py, see docs/using.md), never this recipe's training code.
+(written at the end of train.py, see docs/using.md): its newest version RESULTS/export/N, or the version
+folder given as --model; never this recipe's training code.
 """
 import os
 import sys

@@ -82,7 +82,7 @@ class Half:
             try:
                 _OPEN_ZIPS[self.zip_path] = zipfile.ZipFile(self.zip_path)
             except (OSError, zipfile.BadZipFile) as error:
-                raise UsageError(f"cannot read {self.zip_path} as a zip ({error}); download it again")
+                raise UsageError(f"cannot read {self.zip_path} as a zip ({error}); download it again") from None
         return _OPEN_ZIPS[self.zip_path]
 
     def listing(self) -> dict[str, list]:
@@ -195,7 +195,7 @@ class CityscapesRelease:
         found = []
         for half, name, mode, what in ((self.images, image_name, "RGB", "an 8-bit RGB PNG"),
                                        (self.labels, label_name, "L", "an 8-bit grayscale labelIds PNG")):
-            image, data = decode(lambda: half.read(name), half.describe(name), problems)
+            image, data = decode(lambda half=half, name=name: half.read(name), half.describe(name), problems)
             if image is not None and (image.format != "PNG" or image.mode != mode):
                 problems.append(f"not {what}: {half.describe(name)} is {image.format} mode {image.mode}")
                 image = None

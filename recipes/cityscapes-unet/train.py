@@ -28,7 +28,11 @@ from common import cli  # noqa: E402
 
 RECIPE = "cityscapes-unet"
 
-# Model size and training crop per preset; flags override any of them.
+
+# ## Command line
+# Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once. A preset
+# sets the model's size and the training crop; flags override any of them.
+
 PRESETS = {
     "full": dict(crop=None, filters=32, depth=4, batch_size=4),  # whole 1024x2048 images
     "cpu": dict(crop=(256, 512), filters=16, depth=4, batch_size=2),
@@ -95,7 +99,7 @@ def parse_args(argv=None):
     return args
 
 
-if __name__ == "__main__":  # before TensorFlow is imported: --help and flag errors answer at once
+if __name__ == "__main__":
     ARGS = parse_args()
 
 import keras  # noqa: E402
@@ -109,12 +113,31 @@ from common.launchers import create_launcher  # noqa: E402
 from labels import CATEGORY_COLOURS, CATEGORY_NAMES, NUM_CATEGORIES  # noqa: E402
 from model import build_unet, cross_entropy_dice, iou_sums, mean_iou  # noqa: E402
 
-TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou)
-
 
 # ## Data
-# Prepared PNGs, sharded by file before any read (data.py); --benchmark feeds one generated batch
-# over and over, so that the step time is compute only.
+# Prepared PNGs, sharded by file before any read (data.py); --benchmark and --synthetic feed one
+# generated batch over and over, so that the step time is compute only.
+
+def describe_data(args, launcher):
+    """(training examples, class names, class colours, image size HEIGHTxWIDTH) of this run: the
+    prepared folder's (Cityscapes' 8 categories, or the user's classes of prepare_data.py --format
+    pairs), or, for generated data, Cityscapes' categories at the full size or --crop."""
+    if args.benchmark or args.synthetic:
+        num_examples = (args.max_steps or 20) * args.batch_size * launcher.num_replicas
+        return num_examples, list(CATEGORY_NAMES), list(CATEGORY_COLOURS), args.crop or FULL_SIZE
+    if not args.data_dir:
+        raise DataError("--data-dir is required: the folder written by "
+                        "`python recipes/cityscapes-unet/prepare_data.py --source CITYSCAPES --out DIR` "
+                        "(or use --benchmark for generated data)")
+    num_examples = data.num_examples(args.data_dir, "train")
+    class_names, palette = data.classes(args.data_dir)
+    size = data.image_size(args.data_dir)
+    if not args.eval_size and any(side % 2 ** args.depth for side in size):  # the UNet's skips need this
+        raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}; the UNet of --depth {args.depth} "
+                        f"needs sides that are multiples of {2 ** args.depth}: prepare them with --size HxW, "
+                        "or pass --eval-size and --crop")
+    return num_examples, class_names, palette, size
+
 
 def synthetic_dataset(shard, height, width, steps, seed):
     rng = np.random.default_rng(seed + shard.pipeline_id)
@@ -122,6 +145,37 @@ def synthetic_dataset(shard, height, width, steps, seed):
     labels = rng.integers(0, NUM_CATEGORIES, (shard.per_replica_batch, height, width), dtype=np.int32)
     local_replicas = shard.global_batch // shard.num_pipelines // shard.per_replica_batch
     return tf.data.Dataset.from_tensors((images, labels)).repeat(steps * local_replicas)
+
+
+# ## Model
+# The UNet, its loss (cross-entropy plus Dice) and its IoU metric are in model.py.
+
+def build_model(args, num_classes):
+    return build_unet(args.filters, args.depth, args.dropout, args.batch_norm, num_classes=num_classes)
+
+
+TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou)
+
+
+# ## Training
+# The same lines under every launcher, as in mnist-cnn; the mean IoU on val and the prediction PNGs
+# come after training.
+
+def evaluate(args, launcher, trainer, model, palette):
+    """Mean IoU on the val images, and --predict-dir's PNGs: results.json's final_metrics."""
+    # Every process evaluates its own share of the val images; the sums are added up over processes.
+    share = launcher.eval_share(data.num_examples(args.data_dir, "val"))
+    val = trainer.evaluate(
+        data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size, size=args.eval_size,
+                               share=share), TASK,
+        explain_input_error=lambda: data.bad_example_message(
+            args.data_dir, "val", range(share.start, share.stop), "read for evaluation"))
+    training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}")
+    if args.predict_dir and launcher.is_chief:  # Distributed: the chief writes the prediction PNGs
+        written = write_predictions(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size,
+                                    palette)
+        training.log(launcher, f"wrote {written} prediction PNGs to {args.predict_dir}")
+    return {"val": val}
 
 
 def write_predictions(model, data_dir, folder, count, eval_size, colours):
@@ -141,81 +195,47 @@ def write_predictions(model, data_dir, folder, count, eval_size, colours):
 def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
 
+    # The launcher comes first: it may split the CPU into logical devices before TF initialises.
     launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
     precision = training.configure_precision(args.amp)
 
     synthetic = args.benchmark or args.synthetic
-    # The classes: Cityscapes' 8 categories, or the user's (prepare_data.py --format pairs --classes).
-    class_names, palette = list(CATEGORY_NAMES), list(CATEGORY_COLOURS)
-    if synthetic:
-        height, width = args.crop or FULL_SIZE
-        steps = args.max_steps or 20
-        num_examples = steps * args.batch_size * launcher.num_replicas
-    else:
-        if not args.data_dir:
-            raise DataError("--data-dir is required: the folder written by "
-                            "`python recipes/cityscapes-unet/prepare_data.py --source CITYSCAPES --out DIR` "
-                            "(or use --benchmark for generated data)")
-        num_examples = data.num_examples(args.data_dir, "train")
-        class_names, palette = data.classes(args.data_dir)
-        size = data.image_size(args.data_dir)
-        if not args.eval_size and any(side % 2 ** args.depth for side in size):  # the UNet's skips need this
-            raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}; the UNet of --depth {args.depth} "
-                            f"needs sides that are multiples of {2 ** args.depth}: prepare them with --size HxW, "
-                            "or pass --eval-size and --crop")
-
+    num_examples, class_names, palette, size = describe_data(args, launcher)
     trainer = training.Trainer(
         launcher, RECIPE, num_examples=num_examples, per_replica_batch=args.batch_size,
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
-        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial)
+        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
+        export=args.export)
 
     with launcher.scope():
-        model = build_unet(args.filters, args.depth, args.dropout, args.batch_norm, num_classes=len(class_names))
+        model = build_model(args, len(class_names))
         rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
         optimizer = keras.optimizers.Adam(rate)
     trainer.setup(model, optimizer)
 
     def dataset_fn(shard):
         if synthetic:
-            return synthetic_dataset(shard, height, width, trainer.total_steps - trainer.start_step, args.seed)
+            return synthetic_dataset(shard, *size, trainer.total_steps - trainer.start_step, args.seed)
         return data.make_train_dataset(
             args.data_dir, shard, trainer.total_steps, args.seed, trainer.start_step, crop=args.crop,
             scale=args.scale, augment=not args.no_augment, cache=args.cache, shard_late=args.shard_late)
 
     # A file that fails to decode mid-run is named by re-reading the examples of the failing step.
     explain = None if synthetic else data.explain_train_error(args.data_dir, trainer.global_batch, args.seed)
-    trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK,
-                fault_desync_replica=args.fault_desync_replica,
-                fault_slow_step=args.fault_slow_step, explain_input_error=explain,
-                fault_overflow=args.fault_overflow)
+    trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK, explain_input_error=explain)
 
-    extra = {"precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
-             "crop": args.crop, "shard_late": args.shard_late,
-             "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
-             "parameters": model.count_params(), "classes": class_names, "final_metrics": {}}
-    if not synthetic:
-        # Every process evaluates its own share of the val images; the sums are added up over processes.
-        share = launcher.eval_share(data.num_examples(args.data_dir, "val"))
-        val = trainer.evaluate(
-            data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size, size=args.eval_size,
-                                   share=share), TASK,
-            explain_input_error=lambda: data.bad_example_message(
-                args.data_dir, "val", range(share.start, share.stop), "read for evaluation"))
-        training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}")
-        extra["final_metrics"] = {"val": val}
-        if args.predict_dir and launcher.is_chief:
-            written = write_predictions(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size,
-                                        palette)
-            training.log(launcher, f"wrote {written} prediction PNGs to {args.predict_dir}")
-    trainer.save_results(extra)
-    export.export_model(launcher, results_dir, model, lambda: build_unet(args.filters, args.depth, args.dropout,
-                                                                         args.batch_norm, len(class_names)),
+    final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette)
+    trainer.save_results({
+        "precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
+        "crop": args.crop, "shard_late": args.shard_late,
+        "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
+        "parameters": model.count_params(), "classes": class_names, "final_metrics": final_metrics})
+    export.export_model(launcher, results_dir, model, lambda: build_model(args, len(class_names)),
                         enabled=args.export, recipe=RECIPE, task=export.SEGMENTATION, class_names=class_names,
-                        palette=palette, image_size=args.eval_size or (args.crop or FULL_SIZE if synthetic else size),
-                        channels=3,
+                        palette=palette, image_size=args.eval_size or size, channels=3,
                         to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
 
 

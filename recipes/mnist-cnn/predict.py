@@ -1,9 +1,10 @@
-"""mnist-cnn: predict with an exported model: the digit (0-9) in each image: predictions.csv with class, probability and top-k.
+"""mnist-cnn: predict with an exported model: the digit in each image: predictions.csv with class, probability, top-k.
 
     python recipes/mnist-cnn/predict.py --model RESULTS/export --input FILE_OR_FOLDER --out DIR
 
 or `invoke predict mnist-cnn --model RESULTS/export --input FILE_OR_FOLDER --out DIR`. Reads only the export
-(written at the end of train.py, see docs/using.md), never this recipe's training code.
+(written at the end of train.py, see docs/using.md): its newest version RESULTS/export/N, or the version
+folder given as --model; never this recipe's training code.
 """
 import os
 import sys

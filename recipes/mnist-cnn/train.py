@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from common import export, training  # noqa: E402
-from common.data import DataError, can_download, check_labels, error_reason, sharded_order  # noqa: E402
+from common.data import DataError, cannot_download, check_labels, error_reason, sharded_order  # noqa: E402
 from common.launchers import create_launcher  # noqa: E402
 
 
@@ -62,6 +62,7 @@ from common.launchers import create_launcher  # noqa: E402
 
 MNIST_NPZ_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 NUM_CLASSES = 10
+class_names = [str(digit) for digit in range(NUM_CLASSES)]
 
 
 def check_mnist(arrays, source, remedy):
@@ -99,9 +100,10 @@ def load_tfds(data_dir):
                f"({MNIST_NPZ_URL}) into a folder and "
                "pass --data-dir FOLDER, prepare TFDS mnist on a machine with internet and pass its "
                "data dir, or use --synthetic")
-    host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")  # tests point it nowhere
-    if not os.path.isdir(builder.data_dir) and not can_download(host):
-        raise DataError(missing.format(f"{host} cannot be reached to download it"))
+    if not os.path.isdir(builder.data_dir):
+        offline = cannot_download()
+        if offline:
+            raise DataError(missing.format(f"{offline} to download it"))
     try:
         builder.download_and_prepare()
     except Exception as error:  # network or proxy failure halfway, a corrupt partial download
@@ -189,8 +191,11 @@ def build_model(dropout=True, num_classes=NUM_CLASSES):
 
 
 TASK = training.classification_task()  # cross-entropy loss, accuracy metric
-class_names = [str(digit) for digit in range(NUM_CLASSES)]
 
+
+# ## Training
+# The same lines under every launcher: the launcher decides where the replicas run and which share
+# of the data each process reads; the Trainer runs the loop, checkpoints and writes the results.
 
 def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
@@ -210,7 +215,8 @@ def main(args):
         epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
-        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial)
+        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
+        export=args.export)
 
     with launcher.scope():
         model = build_model(dropout=not args.no_dropout, num_classes=len(names))
@@ -223,8 +229,7 @@ def main(args):
         lambda shard: make_train_dataset(x_train, y_train, shard, trainer.total_steps, args.seed,
                                          trainer.start_step),
         args.batch_size)
-    trainer.fit(dataset, TASK, fault_desync_replica=args.fault_desync_replica, fault_slow_step=args.fault_slow_step,
-                fault_overflow=args.fault_overflow)
+    trainer.fit(dataset, TASK)
 
     # Every process evaluates its own share of the test set; the sums are added up over processes.
     share = launcher.eval_share(len(x_test))
@@ -234,7 +239,8 @@ def main(args):
     trainer.save_results({"final_metrics": {"test": test_metrics}, "precision": precision, "data": data,
                           "classes": names})
     export.export_model(launcher, results_dir, model, lambda: build_model(num_classes=len(names)),
-                        enabled=args.export, recipe=RECIPE, task=export.CLASSIFICATION, class_names=names, image_size=(28, 28), channels=1,
+                        enabled=args.export, recipe=RECIPE, task=export.CLASSIFICATION, class_names=names,
+                        image_size=(28, 28), channels=1,
                         to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
 
 

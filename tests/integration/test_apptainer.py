@@ -130,7 +130,7 @@ def test_the_rendered_apptainer_sbatch_script_trains_on_two_nodes_like_docker(si
                          "--tasks-per-node", "1", "--cpus-per-task", "2", "--sif", f"build/sif/{SIF.name}",
                          "--out", str(script), "--", *TRAIN))
     text = script.read_text()
-    assert f"srun --kill-on-bad-exit=1 apptainer exec --bind \"$RESULTS\":/results " in text, text
+    assert "srun --kill-on-bad-exit=1 apptainer exec --bind \"$RESULTS\":/results " in text, text
     job = submit_script(script)
     try:
         job.wait()

@@ -8,7 +8,7 @@ from bench_reports import png_size
 from ci.bench import report as bench
 from helpers import assert_ok, run_invoke
 
-PNG_SIZE = (round(bench.FIGURE_SIZE_INCHES[0] * bench.FIGURE_DPI), round(bench.FIGURE_SIZE_INCHES[1] * bench.FIGURE_DPI))
+PNG_SIZE = tuple(round(inches * bench.FIGURE_DPI) for inches in bench.FIGURE_SIZE_INCHES)
 
 
 @pytest.mark.slow
@@ -38,7 +38,8 @@ def test_bench_measures_every_launcher_and_writes_table_json_and_png(tmp_path, r
     table = (out / "bench.md").read_text()
     for launcher, replicas in expected:
         row = next(row for row in report["rows"] if (row["launcher"], row["replicas"]) == (launcher, replicas))
-        assert f"| {launcher} | {replicas} | {128 * replicas} | {bench._number(row['images_per_sec_median'])} |" in table
+        median = bench._number(row["images_per_sec_median"])
+        assert f"| {launcher} | {replicas} | {128 * replicas} | {median} |" in table
     assert table in process.stdout  # printed as well
     assert png_size(out / "bench.png") == PNG_SIZE
     assert not (out / "runs").exists()  # run folders are removed after a successful benchmark

@@ -16,7 +16,7 @@ with mnist-cnn and cityscapes-unet (test_mnist_launchers.py, test_cityscapes_lau
 import numpy as np
 import pytest
 
-from cassava_data import SPLITS, cassava_data_dir, keras_backbone_file  # noqa: F401 (fixtures)
+from cassava_data import SPLITS
 from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """cityscapes-unet end to end under each launcher, as a user runs it: fixture zips -> prepare_data.py
--> invoke run, then a run stopped and resumed; the export of the two-process runs is checked too. In one process (--benchmark, --profile, predictions):
-tests/recipes/cityscapes/test_train.py."""
+-> invoke run, then a run stopped and resumed; the export of the two-process runs is checked too. In
+one process (--benchmark, --profile, predictions): tests/recipes/cityscapes/test_train.py."""
 import pytest
 
 from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke

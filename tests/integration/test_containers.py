@@ -72,7 +72,8 @@ def cityscapes_data(tmp_path_factory):
     recipe = "recipes/cityscapes-unet"
     assert_ok(run_python(f"{recipe}/make_fixture.py", "--out", str(root / "release"), "--zip", "--no-tree",
                          "--train", "8", "--val", "4"))
-    assert_ok(run_python(f"{recipe}/prepare_data.py", "--source", str(root / "release"), "--out", str(root / "prepared")))
+    assert_ok(run_python(f"{recipe}/prepare_data.py", "--source", str(root / "release"),
+                         "--out", str(root / "prepared")))
     return root / "prepared"
 
 

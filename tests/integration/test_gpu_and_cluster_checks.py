@@ -10,7 +10,6 @@ import pytest
 
 from error_checks import assert_one_line_error
 from helpers import run_invoke
-from test_containers import mnist_image  # noqa: F401 (the image the container tests build)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MNIST = ["--synthetic", "--max-steps", "5"]

@@ -11,9 +11,14 @@ No API server can run here, so what Kubernetes and the operators do is done by h
   hostname `<job>-<i>` and the DNS name `<job>-<i>.<job>` the headless Service makes; they form one
   MultiWorkerMirroredStrategy job from the rendered command alone. A missing peer never resolves, and
   the worker must give up within its deadline, naming it.
+
+Every container runs with its pod's securityContext and resources applied (k8s_docker.pod_run_args):
+the Indexed Job's pods as UID 1000 with every capability dropped and no privilege escalation, the
+MPIJob's workers with only the capabilities sshd needs, each within its CPU and memory limits and
+its /dev/shm size. The manifests are rendered for this 2-core machine (1 CPU, 6 GiB per worker).
 """
+import json
 import os
-import subprocess
 import time
 import uuid
 
@@ -22,11 +27,12 @@ import pytest
 from commands.k8s import build_manifests
 from helpers import read_results
 from k8s_docker import docker, logs, pod_run_args, wait_for_exit
-from test_containers import build_recipe, cassava_data, cassava_image, mnist_image  # noqa: F401
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 RUN_TIMEOUT = 600
 MNIST_ARGS = ["--synthetic", "--max-steps", "8", "--log-every", "4"]
+# What a worker pod asks for here; the rest of the manifest is as `invoke k8s` renders it.
+SMALL_PODS = {"gpus_per_worker": 0, "cpus_per_worker": 1, "memory_per_worker": "6Gi", "shm_size": "1Gi"}
 CASSAVA_ARGS = ["--max-steps", "3", "--weights", "none", "--image-size", "64", "--batch-size", "2", "--log-every", "1"]
 
 
@@ -53,8 +59,8 @@ def run_mpijob(cluster, tmp_path, image, recipe, train_args, data=None):
     name = f"{recipe}-{uuid.uuid4().hex[:6]}"
     results = tmp_path / "results"
     results.mkdir()
-    (job,) = build_manifests(recipe, kind="mpijob", workers=2, gpus_per_worker=0, image=image, data=data,
-                             results=str(results), name=name, train_args=train_args)
+    (job,) = build_manifests(recipe, kind="mpijob", workers=2, image=image, data=data, results=str(results),
+                             name=name, train_args=train_args, **SMALL_PODS)
     spec = job["spec"]
     namespace = job["metadata"].get("namespace", "default")
 
@@ -97,7 +103,23 @@ def run_mpijob(cluster, tmp_path, image, recipe, train_args, data=None):
     status = wait_for_exit([launcher], RUN_TIMEOUT)[launcher]
     output = logs(launcher)
     assert status == 0, output[-6000:]
+    assert_restricted(workers[0], worker_pod)
+    assert_restricted(launcher, launcher_pod)
     return read_results(results / name), output
+
+
+def assert_restricted(container_name: str, pod: dict) -> None:
+    """The container ran with what its pod spec asks: user, capabilities, no new privileges, limits."""
+    config = json.loads(docker("inspect", container_name).stdout)[0]
+    host, spec = config["HostConfig"], pod["containers"][0]
+    context = {**pod.get("securityContext", {}), **spec["securityContext"]}
+    limits = spec["resources"]["limits"]
+    assert host["CapDrop"] == context["capabilities"]["drop"] == ["ALL"]
+    assert sorted(host["CapAdd"] or []) == sorted(context["capabilities"].get("add", []))
+    assert "no-new-privileges" in host["SecurityOpt"] and context["allowPrivilegeEscalation"] is False
+    assert host["NanoCpus"] == int(float(limits["cpu"]) * 1e9) and host["Memory"] == host["MemorySwap"] > 0
+    assert config["Config"]["User"] == (f"{context['runAsUser']}:{context['runAsGroup']}" if "runAsUser" in context
+                                        else "")
 
 
 def check_two_ranks_on_two_workers(results, output):
@@ -126,9 +148,10 @@ def start_indexed_job(cluster, tmp_path, image, indexes, resolve_timeout=600):
     name = f"mnist-{uuid.uuid4().hex[:6]}"
     results = tmp_path / "results"
     results.mkdir(exist_ok=True)
-    service, job = build_manifests("mnist-cnn", kind="job", workers=2, gpus_per_worker=0, image=image,
-                                   results=str(results), name=name, train_args=MNIST_ARGS,
-                                   resolve_timeout=resolve_timeout)
+    service, job = build_manifests("mnist-cnn", kind="job", workers=2, image=image, results=str(results),
+                                   name=name, train_args=MNIST_ARGS, resolve_timeout=resolve_timeout, **SMALL_PODS)
+    # The results host path is the site's, made writable by the pods' user (docs/clusters.md).
+    os.chown(results, job["spec"]["template"]["spec"]["securityContext"]["runAsUser"], -1)
     pod = job["spec"]["template"]["spec"]
     subdomain = pod["subdomain"]
     assert subdomain == service["metadata"]["name"]
@@ -138,23 +161,25 @@ def start_indexed_job(cluster, tmp_path, image, indexes, resolve_timeout=600):
         names.append(hostname)
         start(containers, pod_run_args(pod, name=hostname, hostname=hostname, network=network,
                                        aliases=[f"{hostname}.{subdomain}"], env={"JOB_COMPLETION_INDEX": str(index)}))
-    return name, names, results
+    return name, names, results, pod
 
 
 def test_indexed_job_forms_one_multiworker_job_from_its_index_and_peer_names(cluster, tmp_path, mnist_image):
-    name, names, results = start_indexed_job(cluster, tmp_path, mnist_image, [0, 1])
+    name, names, results_dir, pod_spec = start_indexed_job(cluster, tmp_path, mnist_image, [0, 1])
     statuses = wait_for_exit(names, RUN_TIMEOUT)
     assert list(statuses.values()) == [0, 0], "\n".join(logs(n)[-3000:] for n in names)
-    results = read_results(results / name)
+    results = read_results(results_dir / name)
     assert (results["launcher"], results["workers"], results["replicas"], results["nodes"], results["steps"]) == \
         ("multiworker", 2, 2, 2, 8), results
     assert len(set(results["replica_fingerprints"])) == 1
+    assert_restricted(names[0], pod_spec)
+    assert os.stat(results_dir / name / "results.json").st_uid == pod_spec["securityContext"]["runAsUser"]
     print(f"Indexed Job in Docker: fingerprints {results['replica_fingerprints']}")
 
 
 def test_indexed_job_with_a_missing_peer_fails_within_its_deadline_naming_it(cluster, tmp_path, mnist_image):
     started = time.monotonic()
-    name, names, _ = start_indexed_job(cluster, tmp_path, mnist_image, [0], resolve_timeout=5)
+    name, names, _, _ = start_indexed_job(cluster, tmp_path, mnist_image, [0], resolve_timeout=5)
     status = wait_for_exit(names, 120)[names[0]]
     elapsed = time.monotonic() - started
     output = logs(names[0])

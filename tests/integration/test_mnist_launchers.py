@@ -92,7 +92,8 @@ WEIGHT_ATOL = 1e-3
 def load_weights(results_dir):
     arrays = []
     with h5py.File(results_dir / "final.weights.h5") as handle:
-        handle.visititems(lambda name, item: arrays.append((name, item[()])) if isinstance(item, h5py.Dataset) else None)
+        handle.visititems(
+            lambda name, item: arrays.append((name, item[()])) if isinstance(item, h5py.Dataset) else None)
     return dict(arrays)
 
 
@@ -115,7 +116,8 @@ def parity_runs(tmp_path_factory, request):
             "own-half-only": invoke_local(tmp / "control", "single", 1, "--batch-size", "32", *PARITY_ARGS, *optimizer)}
     if request.param == "sgd":  # negative control: gradients summed over 2 replicas, not averaged
         rate = str(2 * float(optimizer[-1]))
-        runs["summed"] = invoke_local(tmp / "summed", "single", 1, "--batch-size", "64", *PARITY_ARGS, *optimizer, "--lr", rate)
+        runs["summed"] = invoke_local(tmp / "summed", "single", 1, "--batch-size", "64", *PARITY_ARGS, *optimizer,
+                                      "--lr", rate)
     for launcher in MULTI:
         if launcher == "horovod":
             request.getfixturevalue("require_horovod")

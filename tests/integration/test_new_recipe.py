@@ -197,7 +197,7 @@ def test_the_readme_journey_runs_as_written(journey):
     by_file = {os.path.normpath(os.path.join(root, row["file"])): row  # relative to where predict ran
                for row in rows}
     assert len(val_files) == len(rows) == len(probabilities)
-    for path, expected in zip(val_files, probabilities):
+    for path, expected in zip(val_files, probabilities, strict=True):
         row = by_file[path]
         assert row["class"] == class_names[int(np.argmax(expected))], path
         assert abs(float(row["probability"]) - float(np.max(expected))) < 1e-5, path

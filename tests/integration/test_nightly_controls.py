@@ -55,7 +55,7 @@ python -c "raise SystemExit('a README command that no longer works')"  # nightly
 test -e {mark} || {{ touch {mark}; echo 'docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 125; }}  # nightly-flaky
 sleep 120  # nightly-hangs
 ```
-"""
+"""  # noqa: E501 (a README's lines as they stand)
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +100,8 @@ def test_the_good_cells_pass_and_the_bad_ones_turn_the_night_red(controls):
     ("mnist-cnn/desync/local/cpu", "replicas finished with different weights"),
     ("mnist-cnn/different/local/cpu", "differs from the reference"),
     ("mnist-cnn/crash/local/cpu", "exit status 2: argument --epochs"),
-    (f"README: nightly-fails", "exit status 1"),
-    (f"README: nightly-hangs", "did not finish within 3 s"),
+    ("README: nightly-fails", "exit status 1"),
+    ("README: nightly-hangs", "did not finish within 3 s"),
 ])
 def test_each_bad_cell_is_named_in_the_summary_and_the_junit_file(controls, cell, reason):
     _, report, out = controls["first"]
@@ -143,7 +143,7 @@ def test_the_issue_filer_opens_one_issue_per_really_failed_entry_with_its_comman
     assert {e["kind"] for e in failed} == {"cell", "readme"}, [e["id"] for e in failed]
     actions = issues.plan(report, [], run_url="https://example.org/run/1")
     assert [(a.verb, a.entry_id) for a in actions] == [("open", e["id"]) for e in failed]
-    for action, entry in zip(actions, failed):
+    for action, entry in zip(actions, failed, strict=True):
         assert entry["reason"].splitlines()[0] in action.body
         fenced = re.findall(r"```\n(.*?)\n```", action.body, re.S)
         assert len(fenced) == 1 and "\n" not in fenced[0], action.body

@@ -168,7 +168,8 @@ def test_the_docker_cells_trained_inside_the_recipe_image_as_nvidia_recommends(n
     assert {e["launcher"] for e in cells} == {"single", "mirrored", "multiworker", "horovodrun", "mpirun"}
     for entry in cells:
         log = (night["report"] / entry["log"]).read_text()
-        assert "docker run --rm --init" in log and "--ipc=host" in log and "tf-recipes/mnist-cnn:cpu" in log, entry["id"]
+        assert all(part in log for part in ("docker run --rm --init", "--ipc=host", "tf-recipes/mnist-cnn:cpu")), \
+            entry["id"]
         results_path = night["report"] / entry["log"].replace("log.txt", "results/results.json")
         results = json.loads(results_path.read_text())
         assert results["replicas"] == entry["replicas"] and len(set(results["replica_fingerprints"])) == 1

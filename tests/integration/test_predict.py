@@ -1,7 +1,8 @@
 """`invoke predict` and ci.bench.predict on exports written by real (tiny) training runs.
 
 mnist-cnn (classification) and cityscapes-unet (segmentation, --benchmark data at a 64x128 crop) each
-train a few steps; their RESULTS/export is what predict.py and the benchmark read.
+train a few steps; their RESULTS/export (one version, 1/) is what predict.py and the benchmark read.
+Several versions, and what predict does with them: tests/recipes/mnist/test_mnist_export.py.
 """
 import csv
 import json
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from export_checks import served_outputs, write_test_images
+from export_checks import extra, newest_version, served_outputs, snapshot, write_test_images
 from helpers import assert_ok, run_invoke, run_python
 
 pytestmark = pytest.mark.slow
@@ -57,9 +58,11 @@ def test_classification_writes_the_csv_and_names_the_unreadable_file(runs, tmp_p
     with open(out / "predictions.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [row["file"] for row in rows] == good
-    served = served_outputs(runs["mnist"] / "export", good, tmp_path)
-    for row, probabilities in zip(rows, served["probabilities"]):
-        assert row["class"] == str(probabilities.argmax())
+    assert list(rows[0]) == ["file", "class", "probability", "top_4", "model_version"]
+    assert f"predict: model version 1 ({runs['mnist'] / 'export' / '1'})" in process.stdout
+    served = served_outputs(newest_version(runs["mnist"]), good, tmp_path)
+    for row, probabilities in zip(rows, served["probabilities"], strict=True):
+        assert row["class"] == str(probabilities.argmax()) and row["model_version"] == "1"
         assert abs(float(row["probability"]) - probabilities.max()) < 1e-6
         top = [entry.split(":") for entry in row["top_4"].split()]
         assert [name for name, _ in top] == [str(i) for i in probabilities.argsort()[::-1][:4]]
@@ -74,12 +77,13 @@ def test_segmentation_writes_overlays_and_class_areas(runs, tmp_path):
     stems = sorted(os.path.splitext(os.path.basename(path))[0] for path in good)
     assert sorted(os.listdir(out)) == sorted([".tf-recipes-predict"] + [f"{stem}.png" for stem in stems]
                                              + [f"{stem}.json" for stem in stems])
-    served = served_outputs(runs["cityscapes"] / "export", good, tmp_path)
-    colours = np.array([c["colour"] for c in json.loads((runs["cityscapes"] / "export" / "classes.json").read_text())])
-    names = (runs["cityscapes"] / "export" / "labels.txt").read_text().splitlines()
-    for path, class_ids in zip(good, served["class_ids"]):
+    served = served_outputs(newest_version(runs["cityscapes"]), good, tmp_path)
+    colours = np.array([c["colour"] for c in json.loads(extra(runs["cityscapes"], "classes.json"))])
+    names = extra(runs["cityscapes"], "labels.txt").splitlines()
+    for path, class_ids in zip(good, served["class_ids"], strict=True):
         stem = os.path.splitext(os.path.basename(path))[0]
         areas = json.loads((out / f"{stem}.json").read_text())
+        assert areas["model_version"] == "1"
         expected = np.bincount(class_ids.ravel(), minlength=len(names)) / class_ids.size
         np.testing.assert_allclose([areas["class_fractions"][name] for name in names], expected)
         overlay = tf.io.decode_png(tf.io.read_file(str(out / f"{stem}.png"))).numpy()
@@ -90,28 +94,39 @@ def test_segmentation_writes_overlays_and_class_areas(runs, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--model", "{tmp}/nothing"], "no exported model there"),
+    (["--model", "{tmp}/nothing"], "--model {tmp}/nothing: no exported model there (no such folder)"),
     (["--model", "{cityscapes}"], "is a segmentation model of cityscapes-unet"),
+    (["--model", "{cityscapes}/export/1/saved_model.pb"], "no exported model there (a file, not a folder)"),
     (["--input", "{tmp}/missing"], "no such file or folder"),
 ])
 def test_a_wrong_model_or_input_is_one_line(runs, tmp_path, args, message):
     files, _ = write_test_images(tmp_path / "in", (28, 28), 1, count=1)
     given = {"--model": str(runs["mnist"]), "--input": files[0]}
-    given.update(dict(zip(args[::2], [value.format(tmp=tmp_path, cityscapes=runs["cityscapes"]) for value in args[1::2]])))
+    values = [value.format(tmp=tmp_path, cityscapes=runs["cityscapes"]) for value in args[1::2]]
+    given.update(dict(zip(args[::2], values, strict=True)))
     process = run_python("recipes/mnist-cnn/predict.py", *[item for pair in given.items() for item in pair],
                          "--out", str(tmp_path / "out"))
     assert process.returncode == 2 and "Traceback" not in process.stderr
-    assert process.stderr.strip().splitlines()[-1].startswith("error: ") and message in process.stderr
+    assert process.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert message.format(tmp=tmp_path) in process.stderr
 
 
-def snapshot(folder):
-    """Every file under `folder` (symlinks as their targets' names) and its bytes."""
-    files = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(root, name)
-            files[path] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
-    return files
+def test_an_export_folder_without_a_version_is_one_line_naming_it(runs, tmp_path):
+    """RESULTS/export holding no version folder (a user's notes, a non-integer folder, an integer-named
+    folder without saved_model.pb): one line naming the folder and what to give instead."""
+    files, _ = write_test_images(tmp_path / "in", (28, 28), 1, count=1)
+    export = tmp_path / "results" / "export"
+    (export / "7").mkdir(parents=True)
+    (export / "7" / "notes.txt").write_text("not a model\n")
+    (export / "latest").mkdir()
+    (export / "README.txt").write_text("the exports of the nightly run\n")
+    before = snapshot(tmp_path)
+    for model in (export, tmp_path / "results"):  # the export folder, or the results folder that holds it
+        process = run_python("recipes/mnist-cnn/predict.py", "--model", str(model), "--input", files[0],
+                             "--out", str(tmp_path / "out"))
+        assert_refused(process, f"--model {model}: no exported model there: {export} holds no version folder "
+                                f"(1/, 2/, ... with saved_model.pb in it); point --model at RESULTS/export of a run")
+        assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
 
 
 def assert_refused(process, message):

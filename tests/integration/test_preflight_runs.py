@@ -17,7 +17,7 @@ from tools import preflight
 from tools.spawn import free_ports, worker_environments
 from helpers import REPO, assert_ok, read_results, run_invoke
 from jobs import Job
-from test_slurm_cluster import slurm_cluster, submit_script  # noqa: F401 (the one-node cluster fixture)
+from test_slurm_cluster import submit_script
 
 pytestmark = pytest.mark.slow
 # TensorFlow's C++ ERROR lines from the cluster machinery (as in test_cluster_failures.py).

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from helpers import assert_ok, read_results
-from test_slurm_cluster import Job, render, slurm_cluster, submit_script, two_nodes  # noqa: F401 (fixtures)
+from test_slurm_cluster import Job, render, submit_script
 
 pytestmark = pytest.mark.slow
 TRAIN = ["--synthetic", "--batch-size", "32", "--max-steps", "80", "--log-every", "1"]

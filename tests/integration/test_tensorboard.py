@@ -79,5 +79,6 @@ def test_tensorboard_lists_the_scalars_of_a_run(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
-    assert {"loss", "accuracy", "learning_rate", "images_per_sec", "step_time_ms"} <= set(tags["a-run/tensorboard/train"])
+    train_tags = {"loss", "accuracy", "learning_rate", "images_per_sec", "step_time_ms"}
+    assert train_tags <= set(tags["a-run/tensorboard/train"])
     assert {"loss", "accuracy"} <= set(tags["a-run/tensorboard/eval"])

@@ -13,7 +13,7 @@ from commands import launch
 from tasks import host
 from helpers import REPO, assert_ok, run_invoke
 
-PNG_SIZE = (round(bench_report.FIGURE_SIZE_INCHES[0] * bench_report.FIGURE_DPI), round(bench_report.FIGURE_SIZE_INCHES[1] * bench_report.FIGURE_DPI))
+PNG_SIZE = tuple(round(inches * bench_report.FIGURE_DPI) for inches in bench_report.FIGURE_SIZE_INCHES)
 
 
 # -- options ---------------------------------------------------------------------------------------
@@ -87,8 +87,10 @@ def test_nothing_to_measure_is_refused():
 
 def test_input_benchmark_command_only_where_the_recipe_has_one():
     command = runner.input_command_here("cassava-resnet", str(REPO), "/o/input.json", ["--photos", "64"], "python")
-    assert command == ["python", "recipes/cassava-resnet/benchmark_input.py", "--photos", "64", "--json", "/o/input.json"]
-    assert runner.input_command_here("cityscapes-unet", str(REPO), "/o/i.json", [], "python")[-2:] == ["--json", "/o/i.json"]
+    assert command == ["python", "recipes/cassava-resnet/benchmark_input.py", "--photos", "64",
+                       "--json", "/o/input.json"]
+    assert runner.input_command_here("cityscapes-unet", str(REPO), "/o/i.json", [], "python")[-2:] == \
+        ["--json", "/o/i.json"]
     assert runner.input_command_here("mnist-cnn", str(REPO), "/o/i.json", [], "python") is None
 
 
@@ -151,13 +153,15 @@ def test_input_section_says_why_there_is_nothing_to_compare(tmp_path):
     command = ["python", "recipes/cassava-resnet/benchmark_input.py", "--json", str(tmp_path / "i.json")]
     missing = bench_report.input_section("cassava-resnet", command, str(tmp_path / "i.json"), error="No such file")
     assert "no readable report (No such file)" in missing["note"] and "rates" not in missing
-    assert bench_report.input_section("cassava-resnet", command, "i.json", report=CASSAVA_LIKE)["rates"]["pipelines.seed"] == 779.7
+    section = bench_report.input_section("cassava-resnet", command, "i.json", report=CASSAVA_LIKE)
+    assert section["rates"]["pipelines.seed"] == 779.7
     assert "holds no images/s" in bench_report.input_section("cassava-resnet", command, "i.json", report={})["note"]
     assert "failed with status 1" in bench_report.input_section("cassava-resnet", command, "i.json", status=1)["note"]
     assert "in memory" in bench_report.input_section("mnist-cnn", None, None)["note"]
 
 
-@pytest.mark.parametrize("kept", sorted(str(p.relative_to(REPO)) for p in (REPO / "docs" / "bench").glob("*-*/input-*.json")))
+@pytest.mark.parametrize("kept", sorted(str(p.relative_to(REPO))
+                                        for p in (REPO / "docs" / "bench").glob("*-*/input-*.json")))
 def test_input_rates_are_read_from_what_the_input_benchmarks_really_wrote(kept):
     """The kept reports of recipes/*/benchmark_input.py, as they wrote them."""
     rates = bench_report.input_rates(json.loads((REPO / kept).read_text()))
@@ -165,7 +169,8 @@ def test_input_rates_are_read_from_what_the_input_benchmarks_really_wrote(kept):
 
 
 def test_the_runner_reads_the_input_report_the_benchmark_wrote(tmp_path):
-    command = [sys.executable, "-c", f"import json; json.dump({CASSAVA_LIKE!r}, open({str(tmp_path / 'i.json')!r}, 'w'))"]
+    command = [sys.executable, "-c",
+               f"import json; json.dump({CASSAVA_LIKE!r}, open({str(tmp_path / 'i.json')!r}, 'w'))"]
     section = runner.run_input_benchmark("cassava-resnet", command, str(tmp_path / "i.json"), str(tmp_path), str(REPO))
     assert section["rates"]["pipelines.seed"] == 779.7
     broken = [sys.executable, "-c", f"open({str(tmp_path / 'j.json')!r}, 'w').write('{{not json')"]
@@ -176,11 +181,12 @@ def test_the_runner_reads_the_input_report_the_benchmark_wrote(tmp_path):
 
 
 def report_for(records, input_section=None, gpus=0):
-    return bench_report.build_report("mnist-cnn", records, command="invoke bench mnist-cnn", date="2026-11-22 01:10 UTC",
-                              machine={"cpus": 2, "processor": "Test CPU",
-                                       "load_average": {"before": [1.0, 1.0, 1.0], "after": [2.0, 1.5, 1.1]}},
-                              gpus=gpus, rounds=2, train_args=["--synthetic", "--max-steps", "60"],
-                              input_section=input_section or bench_report.input_section("mnist-cnn", None, None))
+    return bench_report.build_report("mnist-cnn", records, command="invoke bench mnist-cnn",
+                                     date="2026-11-22 01:10 UTC",
+                                     machine={"cpus": 2, "processor": "Test CPU",
+                                              "load_average": {"before": [1.0, 1.0, 1.0], "after": [2.0, 1.5, 1.1]}},
+                                     gpus=gpus, rounds=2, train_args=["--synthetic", "--max-steps", "60"],
+                                     input_section=input_section or bench_report.input_section("mnist-cnn", None, None))
 
 
 RECORDS = [record("single", 1, 1341.0, versions={"tensorflow": "2.17.1"}, load_average_1min=0.4),
@@ -210,7 +216,8 @@ def test_markdown_compares_input_rates_with_the_training_rate():
 
 
 def test_bar_labels_drop_the_path_every_input_figure_shares():
-    assert bench_report._shared_prefix(["pipelines.summary.seed.first", "pipelines.summary.ours.first"]) == "pipelines.summary."
+    assert bench_report._shared_prefix(["pipelines.summary.seed.first", "pipelines.summary.ours.first"]) == \
+        "pipelines.summary."
     assert bench_report._shared_prefix(["variants.raw", "two_workers.early"]) == ""
     assert bench_report._shared_prefix(["a.b.c"]) == ""
 

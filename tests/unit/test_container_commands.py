@@ -268,7 +268,8 @@ def test_sif_compression_gzip_is_apptainers_default_and_zstd_is_passed_to_mksqua
     assert build_apptainer_build_command("m.sif", "i.tar", compression="gzip") == build_apptainer_build_command(
         "m.sif", "i.tar")
     argv = build_apptainer_build_command("m.sif", "i.tar", compression="zstd")
-    assert flag_values(argv, "--mksquashfs-args") == [SIF_COMPRESSION_ARGS["zstd"]] == ["-comp zstd -Xcompression-level 3"]
+    assert flag_values(argv, "--mksquashfs-args") == [SIF_COMPRESSION_ARGS["zstd"]] == \
+        ["-comp zstd -Xcompression-level 3"]
     assert argv[-2:] == ["m.sif", "docker-archive:i.tar"]
     assert flag_values(build_apptainer_build_command("m.sif", "m.def", compression="zstd"), "--mksquashfs-args")
     with pytest.raises(ValueError, match="'lz4' is unknown; use one of gzip, zstd"):

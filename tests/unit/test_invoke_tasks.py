@@ -99,10 +99,12 @@ def test_build_from_a_definition_writes_it_and_needs_apptainer(tmp_path):
     from commands.containers import render_apptainer_definition
 
     process = run_invoke("build", "mnist-cnn", "--base", "cpu", "--runtime", "apptainer", "--definition",
-                         env={"INVOKE_TF_RECIPES_SIF_DIR": str(tmp_path), "INVOKE_TF_RECIPES_APPTAINER": "no-apptainer-here"})
+                         env={"INVOKE_TF_RECIPES_SIF_DIR": str(tmp_path),
+                              "INVOKE_TF_RECIPES_APPTAINER": "no-apptainer-here"})
     assert process.returncode == 2 and "Traceback" not in process.stderr
     assert process.stderr.strip() == "error: no-apptainer-here is not installed or not on PATH"
-    assert (tmp_path / "mnist-cnn_cpu.def").read_text() == render_apptainer_definition("tf-recipes/cpu-base:latest", "mnist-cnn")
+    assert (tmp_path / "mnist-cnn_cpu.def").read_text() == \
+        render_apptainer_definition("tf-recipes/cpu-base:latest", "mnist-cnn")
     assert f"no-apptainer-here build {tmp_path}/mnist-cnn_cpu.sif {tmp_path}/mnist-cnn_cpu.def" in process.stdout
     refused = run_invoke("build", "mnist-cnn", "--definition", "--dry")
     assert refused.returncode == 2 and "add --runtime apptainer" in refused.stderr

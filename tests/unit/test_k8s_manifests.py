@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from commands.k8s import KINDS, MPI_AUTHORIZED_KEYS, SSHD_CAPABILITIES, build_manifests, render_yaml
+from commands.k8s import KINDS, MPI_AUTHORIZED_KEYS, SSHD_CAPABILITIES, build_manifests
 from commands.launch import LaunchError
 from helpers import REPO, run_invoke
 from pod_security import pod_templates, violations

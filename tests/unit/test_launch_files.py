@@ -60,10 +60,10 @@ def test_scripts_are_valid_bash_and_manifests_valid_yaml(recipe):
 def test_the_header_command_renders_the_same_body():
     """Each header names the invoke command that renders the same script; it must really do so."""
     text = launch_files("cityscapes-unet")["slurm-horovod-pyxis.sbatch"]
-    line = next(l for l in text.splitlines() if l.startswith("# The same text with other values: invoke "))
+    line = next(row for row in text.splitlines() if row.startswith("# The same text with other values: invoke "))
     args = line.split("invoke ", 1)[1].split()
     process = run_invoke(*args)
     assert process.returncode == 0, process.stderr
-    body = [l for l in text.splitlines() if not l.startswith("# Generated") and not l.startswith("# The same")
-            and not l.startswith("# To adapt")]
+    body = [row for row in text.splitlines() if not row.startswith("# Generated") and not row.startswith("# The same")
+            and not row.startswith("# To adapt")]
     assert process.stdout.splitlines() == body

@@ -18,7 +18,7 @@ IMPURE_OS = {"environ", "getenv", "putenv", "listdir", "scandir", "walk", "maked
              "rmdir", "rename", "replace", "system", "popen", "chmod", "chdir", "getcwd", "stat", "kill", "getpid",
              "getuid", "getgid", "cpu_count", "getloadavg", "exists", "isfile", "isdir", "getmtime", "getsize",
              "abspath", "realpath", "expanduser", "expandvars", "access"}
-# Functions over LONG lines that read better whole, and why.
+# Functions over LONG lines (in the packages and in recipes/*/*.py) that read better whole, and why.
 LONG = 60
 KEPT_LONG = {
     "commands/launch.py::build_launch": "one branch per launcher, read side by side as a table",
@@ -109,8 +109,8 @@ def impurities(source: str, where: str) -> list[str]:
         elif isinstance(node, ast.Attribute) and node.attr in IMPURE_OS:
             owner = node.value
             chain = owner.id if isinstance(owner, ast.Name) else (
-                f"{owner.value.id}.{owner.attr}" if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name)
-                else "")
+                f"{owner.value.id}.{owner.attr}"
+                if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) else "")
             if chain in ("os", "os.path"):
                 found.append(f"{where}:{node.lineno}: uses {chain}.{node.attr}")
     return found
@@ -159,7 +159,8 @@ def test_the_loop_finder_finds_a_loop():
 def test_each_package_docstring_names_everything_it_holds(package):
     folder = REPO / package
     docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
-    held = [p for p in folder.iterdir() if p.is_file() and p.name != "__init__.py" and p.suffix in (".py", ".sh", ".yaml")]
+    held = [p for p in folder.iterdir()
+            if p.is_file() and p.name != "__init__.py" and p.suffix in (".py", ".sh", ".yaml")]
     held += [p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
     assert held
     missing = [p.name for p in held if p.stem not in docstring and p.name not in docstring]
@@ -188,8 +189,10 @@ def test_no_constant_of_the_contract_is_written_again():
 
 
 def test_functions_are_short_but_for_the_ones_kept_whole():
+    recipes = sorted((REPO / "recipes").glob("*/*.py"))
+    assert any(path.name == "train.py" for path in recipes)  # the recipes are read too
     long = {}
-    for path in MODULES.values():
+    for path in [*MODULES.values(), *recipes]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
@@ -233,3 +236,114 @@ def test_common_holds_only_what_some_train_script_imports():
     assert {"common.training", "common.launchers", "common.contract"} <= reached_from_train_scripts()
     assert held - reached_from_train_scripts() == set(), \
         "no train.py imports these, directly or not: move them out of common/ (tools/ holds what runs beside training)"
+
+
+# -- no launcher is told apart by its name outside common/launchers.py and the contract ------------------
+
+NAMING_LAUNCHERS = ("common/launchers.py", "common/contract.py")  # implement the launchers, or define them
+NAME_COMPARISONS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)
+
+
+def launcher_name_comparisons(source: str, where: str) -> list[str]:
+    """Every comparison (==, !=, in, not in, is, a match case) of anything with a launcher's name: a
+    constant, a tuple, list or set of them (also through set() or frozenset()), or a module-level name
+    bound to one of those. Iterating over names, dict keys, arguments and help texts compare nothing.
+    A trait whose values include a launcher name (collective: "horovod") may be compared with it
+    when the other side names the trait (`launcher_trait(name, "collective") == "horovod"`)."""
+    from common import contract
+
+    names = set(contract.LAUNCHERS)
+    trait_values = {}  # a launcher name -> the traits that have it as a value
+    for traits in contract.LAUNCHER_TRAITS.values():
+        for trait, value in traits.items():
+            if isinstance(value, str) and value in names:
+                trait_values.setdefault(value, set()).add(trait)
+    tree = ast.parse(source)
+    bound = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+             for target in node.targets if isinstance(target, ast.Name)}
+
+    def launcher_names(node, resolve=True) -> set[str]:
+        if resolve and isinstance(node, ast.Name) and node.id in bound:
+            return launcher_names(bound[node.id], resolve=False)
+        if isinstance(node, ast.Constant):
+            return {node.value} & names if isinstance(node.value, str) else set()
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return set().union(*(launcher_names(e, resolve) for e in node.elts))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args \
+                and node.func.id in ("set", "frozenset", "tuple", "list"):
+            return launcher_names(node.args[0], resolve)
+        return set()
+
+    def names_a_trait(node, traits: set[str]) -> bool:
+        return any(isinstance(n, ast.Name) and n.id in traits or isinstance(n, ast.Attribute) and n.attr in traits
+                   or isinstance(n, ast.Constant) and n.value in traits for n in ast.walk(node))
+
+    def compared(found: set[str], other) -> set[str]:
+        """The launcher names of `found` that are not values of a trait the other side names."""
+        return {name for name in found if not names_a_trait(other, trait_values.get(name, set()))}
+
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, operands, operands[1:], strict=False):
+                if isinstance(op, NAME_COMPARISONS):
+                    hits += [(node.lineno, name, ast.unparse(node))
+                             for name in compared(launcher_names(left), right) | compared(launcher_names(right), left)]
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                for value in ast.walk(case.pattern):
+                    if isinstance(value, ast.MatchValue):
+                        hits += [(value.lineno, name, f"match {ast.unparse(node.subject)}: case {ast.unparse(value)}")
+                                 for name in compared(launcher_names(value.value), node.subject)]
+    return sorted({f"{where}:{line}: {text} (compares with {name!r})" for line, name, text in hits})
+
+
+@pytest.mark.parametrize("source", [
+    'if launcher == "single":\n    pass',
+    'ok = "horovod" != launcher',
+    'ok = launcher in ("single", "mirrored")',
+    'ok = launcher not in {"horovod", "multiworker"}',
+    'ok = launcher in ["mirrored"]',
+    'ok = launcher in frozenset({"single"})',
+    'ok = 0 < count and self.launcher.name is "horovod"',
+    'ok = a <= b == "multiworker"',
+    'SINGLE = "single"\ndef f(launcher):\n    return launcher == SINGLE',
+    'ONE_NODE = ("single", "mirrored")\ndef f(launcher):\n    return launcher not in ONE_NODE',
+    'picked = [row for row in rows if row["launcher"] != "single"]',
+    'rows.sort(key=lambda row: row["launcher"] == "single")',
+    'match launcher:\n    case "horovod":\n        pass',
+    'match launcher:\n    case "single" | "mirrored":\n        pass\n    case _:\n        pass',
+    'match job:\n    case {"launcher": "multiworker"}:\n        pass',
+    'ok = launcher.name == "horovod" and collective == "ring"',
+])
+def test_the_launcher_name_check_catches_each_form(source):
+    assert launcher_name_comparisons(source, "probe.py"), source
+
+
+@pytest.mark.parametrize("source", [
+    'parser.add_argument("--launcher", choices=LAUNCHERS, default="single", help="single, mirrored or horovod")',
+    'colour = {"single": "grey", "horovod": "green"}[launcher]',
+    'for launcher in ("multiworker", "horovod"):\n    files.append(launcher)',
+    'plan = build_launch(recipe, "horovod", gpus=8)',
+    'ok = launcher == "auto" or name in LAUNCHERS',
+    'ok = launcher_trait(launcher, "collective") == "horovod"',
+    'ok = contract.LAUNCHER_TRAITS[launcher]["collective"] != "horovod"',
+    'collective = launcher_trait(launcher, "collective")\nok = collective == "horovod"',
+    'match launcher_trait(launcher, "collective"):\n    case "horovod":\n        pass',
+    'ok = launcher_trait(launcher, "peers_from") == "mpi"',
+])
+def test_the_launcher_name_check_leaves_what_compares_no_name(source):
+    assert launcher_name_comparisons(source, "probe.py") == []
+
+
+def test_no_launcher_name_is_compared_outside_the_launchers_and_the_contract():
+    paths = [path for package in (*PACKAGES, "recipes") for path in sorted((REPO / package).rglob("*.py"))]
+    assert any(path.name == "train.py" for path in paths)  # the recipes are read too
+    found = []
+    for path in paths:
+        where = str(path.relative_to(REPO))
+        if where not in NAMING_LAUNCHERS:
+            found += launcher_name_comparisons(path.read_text(), where)
+    assert found == [], ("read a trait of common.contract.LAUNCHER_TRAITS (launcher_trait(launcher, TRAIT)) "
+                         "instead of comparing launcher names:\n" + "\n".join(found))

@@ -3,7 +3,6 @@
 The negative controls, real nights that must turn red, run in tests/integration/test_nightly_controls.py;
 the smoke tier itself, in the containers, in tests/integration/test_nightly_workflow.py (the
 workflow's CPU job under act)."""
-import shutil
 
 import numpy as np
 import pytest
@@ -21,7 +20,8 @@ def test_the_cpu_tier_has_every_recipe_under_every_launcher_in_its_cpu_image():
     cells = nightly.expand(MATRIX, "cpu")
     docker = {(c.recipe, c.launcher) for c in cells if (c.runtime, c.base) == ("docker", "cpu")}
     recipes = {p.name for p in (REPO / "recipes").iterdir() if (p / "train.py").exists()}
-    assert docker == {(r, l) for r in recipes for l in ("single", "mirrored", "multiworker", "horovodrun", "mpirun")}
+    launchers = ("single", "mirrored", "multiworker", "horovodrun", "mpirun")
+    assert docker == {(recipe, launcher) for recipe in recipes for launcher in launchers}
 
 
 def test_every_cell_of_a_recipe_trains_on_the_same_global_batch():
@@ -148,7 +148,8 @@ def test_parity_holds_within_the_tolerance_and_fails_beyond_it():
     assert nightly.check_parity(results_of(cell, [2.0 * (1 + 5e-4), 1.0], []), nudged, reference, weights) == []
     moved = {"dense/kernel": weights["dense/kernel"] + 5e-3}
     assert "final weights differ" in nightly.check_parity(reference, moved, reference, weights)[0]
-    assert "loss curve differs" in nightly.check_parity(results_of(cell, [2.0, 1.01], []), weights, reference, weights)[0]
+    assert "loss curve differs" in \
+        nightly.check_parity(results_of(cell, [2.0, 1.01], []), weights, reference, weights)[0]
 
 
 def test_an_apptainer_cell_is_held_to_its_docker_twin(tmp_path):
@@ -219,8 +220,8 @@ def test_in_a_gpu_tier_a_cell_that_cannot_run_fails_and_in_the_cpu_tier_it_is_no
         cells = [c for c in nightly.expand(MATRIX, tier) if c.runtime == "apptainer" or c.gpus][:2]
         entries = runner.run_cells(MATRIX, cells, facts, str(tmp_path), {}, {}, {}, every_cell)
         assert [e["status"] for e in entries.values()] == [status] * len(cells), entries
-    assert all("not run, though its tier is meant to run it" in e["problems"][0] for e in
-               runner.run_cells(MATRIX, nightly.expand(MATRIX, "gpu")[:1], facts, str(tmp_path), {}, {}, {}, True).values())
+    entries = runner.run_cells(MATRIX, nightly.expand(MATRIX, "gpu")[:1], facts, str(tmp_path), {}, {}, {}, True)
+    assert all("not run, though its tier is meant to run it" in e["problems"][0] for e in entries.values())
 
 
 # -- the history: one record per night --------------------------------------------------------------

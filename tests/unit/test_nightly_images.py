@@ -28,7 +28,8 @@ def test_the_night_looks_for_and_probes_the_configured_images(monkeypatch):
     assert runner.cpu_base_choice(SITE) == "debian"
     assert asked == ["site/debian:12"]
     commands = []
-    monkeypatch.setattr(runner.subprocess, "run", lambda argv, **kw: commands.append(argv) or type("P", (), {"returncode": 0})())
+    monkeypatch.setattr(runner.subprocess, "run",
+                        lambda argv, **kw: commands.append(argv) or type("P", (), {"returncode": 0})())
     assert runner.memlock_allowed(SITE)
     assert commands == [["site-docker", "run", "--rm", "--ulimit", "memlock=-1", "site/debian:12", "true"]]
     assert asked[1:] == ["site/cpu:1", "site/debian:12"]  # the configured CPU base first, then the Debian base

@@ -76,7 +76,8 @@ def test_the_nccl_parser_names_the_transport_nccl_chose(lines, transport, device
 def test_channels_decide_over_the_using_lines():
     # NCCL logs the socket interface it would use, then connects the channels over IB.
     assert preflight.nccl_transport(IB_USING + IB_CHANNELS)["channels"] == {"NET/IB": 2}
-    assert preflight.nccl_transport(["x NCCL INFO NET/IB : Using [0]mlx5_0:1/IB", *SOCKET_CHANNELS])["transport"] == "socket"
+    assert preflight.nccl_transport(["x NCCL INFO NET/IB : Using [0]mlx5_0:1/IB", *SOCKET_CHANNELS])["transport"] \
+        == "socket"
     # Some channels over IB, one over sockets: a fallback all the same.
     assert preflight.nccl_transport(IB_CHANNELS + SOCKET_CHANNELS[1:2])["transport"] == "socket"
 
@@ -112,7 +113,8 @@ def test_a_socket_fallback_fails_only_a_multi_node_gpu_job():
 
 def test_the_table_shows_every_rank_the_sum_and_the_bandwidth():
     reports = preflight.decode_reports([a + b for a, b in zip(preflight.encode_report(report(0), 0, 2),
-                                                              preflight.encode_report(report(1), 1, 2))], 2)
+                                                              preflight.encode_report(report(1), 1, 2),
+                                                              strict=True)], 2)
     result = preflight.summarize(reports, launcher="multiworker", replicas=2, nodes=2, allow_socket=False)
     result.update(ranks=reports, bandwidth=reports[0]["bandwidth"])
     table = preflight.render_table(result).splitlines()
@@ -128,7 +130,7 @@ def test_the_table_shows_every_rank_the_sum_and_the_bandwidth():
 def test_reports_travel_as_numbers_and_come_back_whole():
     vector = [0.0] * (preflight.REPORT_BYTES * 3)
     for rank in (0, 2):
-        vector = [a + b for a, b in zip(vector, preflight.encode_report(report(rank), rank, 3))]
+        vector = [a + b for a, b in zip(vector, preflight.encode_report(report(rank), rank, 3), strict=True)]
     back = preflight.decode_reports(vector, 3)
     assert back[0] == json.loads(json.dumps(report(0))) and back[2]["host"] == "node2"
     assert back[1] == {"rank": 1, "missing": True}
@@ -202,7 +204,8 @@ def test_a_failed_preflight_step_ends_the_batch_script_before_training(tmp_path,
         "CHECK_STATUS": str(check_status), "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_ID": "7"})
     assert process.returncode == status, process.stderr
     calls = log.read_text().splitlines()
-    assert "tools.preflight" in calls[0] and f"--run-id 7.0 --results-dir {tmp_path}/results/mnist-cnn/slurm-7" in calls[0]
+    assert "tools.preflight" in calls[0]
+    assert f"--run-id 7.0 --results-dir {tmp_path}/results/mnist-cnn/slurm-7" in calls[0]
     assert (len(calls) == 2 and "recipes/mnist-cnn/train.py" in calls[1]) == ran_training
 
 
@@ -216,7 +219,7 @@ def test_k8s_preflight_runs_first_in_the_container_that_starts_training(kind):
         text = json.dumps(documents)
         return [c for c in _find(json.loads(text), "containers")]
     before, after = containers(plain), containers(checked)
-    changed = [(b, a) for b, a in zip(before, after) if b != a]
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
     assert len(changed) == 1  # the launcher (mpijob) or the worker
     old, new = changed[0]
     assert new["command"][:2] == ["/bin/bash", "-c"]
@@ -245,7 +248,8 @@ def test_dry_prints_the_launch_command_with_the_preflight_module_and_runs_nothin
                          "--runtime", "local", "--results-dir", str(results), "--deadline", "30", "--dry")
     assert process.returncode == 0, process.stderr
     line = next(line for line in process.stdout.splitlines() if line.startswith("+ "))
-    assert "-m tools.spawn --nproc 2 -- " in line and " -m tools.preflight --launcher multiworker --deadline 30 " in line
+    assert "-m tools.spawn --nproc 2 -- " in line
+    assert " -m tools.preflight --launcher multiworker --deadline 30 " in line
     assert line.endswith(f"--results-dir {results}") and "train.py" not in line
     assert not results.exists()
     run = run_invoke("run", "mnist-cnn", "--gpus", "0", "--cpu-replicas", "2", "--launcher", "multiworker",

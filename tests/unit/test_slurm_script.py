@@ -56,7 +56,8 @@ def test_pyxis_runs_each_task_in_the_image_with_the_same_mounts():
     text = render_sbatch("cityscapes-unet", "horovod", nodes=2, gpus_per_node=8, data_dir="/shared/cs",
                          container_image="nvcr.io#nvidia/tensorflow:25.02-tf2-py3")
     line = srun_line(text)
-    assert line.startswith("srun --kill-on-bad-exit=1 --mpi=pmix '--container-image=nvcr.io#nvidia/tensorflow:25.02-tf2-py3' ")
+    assert line.startswith("srun --kill-on-bad-exit=1 --mpi=pmix "
+                           "'--container-image=nvcr.io#nvidia/tensorflow:25.02-tf2-py3' ")
     assert ' --container-mounts="$RESULTS":/results,/shared/cs:/data:ro ' in line
     assert " --container-workdir=/workspace/tf-recipes python recipes/cityscapes-unet/train.py " in line
     assert "export PYTHONPATH" not in text  # the image sets it
@@ -188,7 +189,8 @@ def test_invoke_sbatch_passes_the_mpi_plugin_and_refuses_a_name_that_is_none():
 
     rendered = run_invoke("sbatch", "mnist-cnn", "--mpi", "pmi2", "--dry", timeout=120)
     assert rendered.returncode == 0, rendered.stderr
-    assert "srun --kill-on-bad-exit=1 --mpi=pmi2 python recipes/mnist-cnn/train.py --launcher horovod" in rendered.stdout
+    assert "srun --kill-on-bad-exit=1 --mpi=pmi2 python recipes/mnist-cnn/train.py --launcher horovod" in \
+        rendered.stdout
     refused = run_invoke("sbatch", "mnist-cnn", "--mpi", "pmix; rm -rf ~", "--dry", timeout=120)
     assert refused.returncode == 2 and refused.stdout == "", refused.stdout
     assert len(refused.stderr.strip().splitlines()) == 1 and "--mpi" in refused.stderr, refused.stderr

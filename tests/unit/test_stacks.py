@@ -75,7 +75,8 @@ def setup_choice(tmp_path, version: str, *args: str) -> subprocess.CompletedProc
 
 @pytest.mark.parametrize("version", ["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"])
 def test_setup_picks_the_first_stack_this_python_installs_or_says_none_does(tmp_path, version):
-    fits = [s for s in contract.STACKS if Version(python_range(s)[0]) <= Version(version) <= Version(python_range(s)[1])]
+    fits = [s for s in contract.STACKS
+            if Version(python_range(s)[0]) <= Version(version) <= Version(python_range(s)[1])]
     process = setup_choice(tmp_path, version)
     if fits:
         assert process.returncode == 0 and process.stdout.strip() == fits[0], process.stderr
@@ -87,7 +88,8 @@ def test_setup_picks_the_first_stack_this_python_installs_or_says_none_does(tmp_
 def test_setup_names_the_range_when_the_stack_asked_for_does_not_fit(tmp_path):
     process = setup_choice(tmp_path, "3.13", "--stack", "ngc-25.02")
     low, high = python_range("ngc-25.02")
-    assert process.returncode == 2 and f"stack ngc-25.02 needs Python {low}-{high}, and python3 is 3.13" in process.stderr
+    assert process.returncode == 2
+    assert f"stack ngc-25.02 needs Python {low}-{high}, and python3 is 3.13" in process.stderr
 
 
 def test_setup_refuses_horovod_on_a_stack_without_it(tmp_path):
@@ -116,8 +118,8 @@ def test_each_stack_builds_its_own_images(stack):
     base = re.search(r"--build-arg BASE_IMAGE=(\S+)", build.stdout).group(1)
     if stack == "current":
         assert base == f"tensorflow/tensorflow:{next(iter(pins(stack)['tensorflow'].specifier)).version}-gpu"
-    run = run_invoke("run", "mnist-cnn", "--gpus", "8", "--stack", stack, "--launcher", "multiworker", "--runtime", "docker",
-                     "--dry")
+    run = run_invoke("run", "mnist-cnn", "--gpus", "8", "--stack", stack, "--launcher", "multiworker",
+                     "--runtime", "docker", "--dry")
     assert run.returncode == 0, run.stderr
     tag = re.search(r"tf-recipes/mnist-cnn:(\S+)", run.stdout).group(1)
     assert tag == (gpu if stack == contract.DEFAULT_STACK else f"{stack}-{gpu}")
@@ -159,7 +161,8 @@ def test_the_quick_start_names_the_tensorflow_each_python_gets():
     text = " ".join((REPO / "README.md").read_text().split())
     ngc, current = (next(iter(pins(s)["tensorflow"].specifier)).version for s in contract.STACKS)
     low, high = python_range("ngc-25.02")
-    assert f"TensorFlow {ngc} on Python {low} to {high}, TensorFlow {current} on Python {python_range('current')[1]}" in text
+    newest = python_range("current")[1]
+    assert f"TensorFlow {ngc} on Python {low} to {high}, TensorFlow {current} on Python {newest}" in text
 
 
 def test_the_nightly_runs_every_recipe_on_both_stacks():

@@ -43,7 +43,8 @@ def test_the_check_finds_what_does_not_belong():
     assert problems("import pytest\npytestmark = [pytest.mark.docker, pytest.mark.slow]\n") == [
         "line 2: marked docker", "line 2: marked slow"]
     assert problems("from pytest import mark\n@mark.slow\ndef test_x(): pass\n") == ["line 2: marked slow"]
-    assert problems("from jobs import Job\nimport k8s_docker\n") == ["line 1: imports jobs", "line 2: imports k8s_docker"]
+    assert problems("from jobs import Job\nimport k8s_docker\n") == [
+        "line 1: imports jobs", "line 2: imports k8s_docker"]
     assert problems("from test_mnist_launchers import load_weights\n") == ["line 1: imports test_mnist_launchers"]
     assert problems("def test_x(require_horovod): pass\n") == ["line 1: asks for Horovod"]
     assert problems("def test_x(request):\n    request.getfixturevalue('require_horovod')\n") == [
@@ -58,4 +59,5 @@ def test_no_unit_test_is_marked_slow_or_docker_or_runs_jobs():
     files = sorted(UNIT.rglob("*.py"))
     assert len(files) > 10
     found = {str(path.relative_to(TESTS)): problems(path.read_text()) for path in files}
-    assert not {name: lines for name, lines in found.items() if lines}, "move these to tests/recipes or tests/integration"
+    assert not {name: lines for name, lines in found.items() if lines}, \
+        "move these to tests/recipes or tests/integration"

@@ -160,7 +160,8 @@ def test_every_remote_action_is_pinned_to_a_commit_with_its_version_named(path):
             assert SHA_PIN.match(uses), f"{path.name}: job {job_id} uses {uses}: pin it to a full commit SHA"
     for line in path.read_text().splitlines():
         if re.match(r"\s*(- )?uses: [^.]", line):
-            assert re.search(r"@[0-9a-f]{40}\s+# v\d", line), f"{path.name}: say which version is pinned: {line.strip()}"
+            assert re.search(r"@[0-9a-f]{40}\s+# v\d", line), \
+                f"{path.name}: say which version is pinned: {line.strip()}"
 
 
 @pytest.mark.parametrize("path", workflow_files(), ids=lambda p: p.name)
@@ -192,7 +193,8 @@ def test_each_nightly_job_has_a_concurrency_group_of_its_own():
     workflow = load(WORKFLOWS / "nightly.yml")
     assert "concurrency" not in workflow
     groups = {job_id: job["concurrency"]["group"] for job_id, job in workflow["jobs"].items()}
-    assert groups == {job_id: f"nightly-{job_id}-${{{{ github.ref }}}}" for job_id in ("cpu", "current", "gpu", "issues")}
+    assert groups == {job_id: f"nightly-{job_id}-${{{{ github.ref }}}}"
+                      for job_id in ("cpu", "current", "gpu", "issues")}
     assert all(job["concurrency"]["cancel-in-progress"] is False for job in workflow["jobs"].values())
 
 
@@ -478,7 +480,8 @@ def test_the_preflight_fails_without_the_nvidia_runtime_naming_each_missing_requ
 
 def test_the_preflight_finds_the_nvidia_runtime_where_docker_lists_it():
     process = preflight({"RUNNER_VERSION": "2.327.1", "PREFLIGHT_MIN_FREE_GB": "0"}, docker_runtimes=WITH_NVIDIA)
-    assert "ok: NVIDIA container toolkit: docker lists the nvidia runtime" in process.stdout.splitlines(), output(process)
+    assert "ok: NVIDIA container toolkit: docker lists the nvidia runtime" in process.stdout.splitlines(), \
+        output(process)
     assert not any("NVIDIA" in line for line in process.stderr.splitlines()), output(process)
 
 
@@ -487,7 +490,8 @@ def test_the_preflight_reads_the_runner_version_and_the_free_disk_it_wants():
     assert "ok: runner version 2.327.1" in new_enough.stdout, output(new_enough)
     too_old = preflight({"RUNNER_VERSION": "2.326.9", "PREFLIGHT_MIN_FREE_GB": "100000000"})
     lines = too_old.stderr.splitlines()
-    assert "missing: runner version: 2.326.9 is older than 2.327.1, which node24 actions need; update the runner" in lines
+    assert "missing: runner version: 2.326.9 is older than 2.327.1, which node24 actions need; " \
+           "update the runner" in lines
     assert any(line.startswith("missing: disk: ") and "want 100000000" in line for line in lines), lines
 
 

@@ -72,7 +72,8 @@ def test_labels_outside_the_classes_in_the_cache_are_named(builder, cassava_data
                           "label 5 of example 3", f"delete {folder}")
     # What the message says to do: the cache is rebuilt from the TFDS data, with good labels.
     shutil.rmtree(folder)
-    arrays = input_pipeline.cache_split(builder, "train", SIZE, str(tmp_path / "cache"), shard, log=lambda message: None)
+    arrays = input_pipeline.cache_split(builder, "train", SIZE, str(tmp_path / "cache"), shard,
+                                        log=lambda message: None)
     assert arrays.labels.max() < input_pipeline.NUM_CLASSES and len(arrays) == SPLITS["train"]
 
 

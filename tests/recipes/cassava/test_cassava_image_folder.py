@@ -26,7 +26,7 @@ def test_classes_come_from_the_folders_sorted(photos):
     assert len(folder.files("train")) == 18 and len(folder.files("val")) == 6
     assert sorted(set(folder.labels("train").tolist())) == [0, 1, 2]
     assert all(f"/train/{CLASSES[label]}/" in path
-               for path, label in zip(folder.files("train"), folder.labels("train")))
+               for path, label in zip(folder.files("train"), folder.labels("train"), strict=True))
 
 
 def test_val_fraction_splits_one_folder_the_same_way_for_a_seed(tmp_path):
@@ -104,7 +104,8 @@ def test_trains_on_an_image_folder_with_its_own_classes(photos, tmp_path):
     assert_ok(process)
     results = read_results(out)
     assert results["classes"] == sorted(CLASSES) and results["data"] == "image-folder"
-    assert (out / "export" / "labels.txt").read_text().splitlines() == sorted(CLASSES)  # the export's too
+    labels = out / "export" / "1" / "assets.extra" / "labels.txt"
+    assert labels.read_text().splitlines() == sorted(CLASSES)  # the export's too
     assert "ERROR" not in without_tf_log(process.stdout + process.stderr)
 
 

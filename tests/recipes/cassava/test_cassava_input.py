@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from cassava_data import SPLITS
-from common.data import DataError, InputShard, sharded_order
+from common.data import DataError, InputShard
 from helpers import recipe_module
 
 input_pipeline = recipe_module("cassava-resnet", "input_pipeline")
@@ -184,6 +184,6 @@ def test_a_resumed_run_continues_with_the_batches_the_whole_run_would_have_seen(
     resumed = list(input_pipeline.make_train_dataset(arrays, shard, total_steps=9, seed=4,
                                                      start_step=6).as_numpy_iterator())
     assert len(whole) == 9 * 2 and len(resumed) == 3 * 2  # per-replica batches of this pipeline
-    for (images, labels), (expected_images, expected_labels) in zip(resumed, whole[6 * 2:]):
+    for (images, labels), (expected_images, expected_labels) in zip(resumed, whole[6 * 2:], strict=True):
         np.testing.assert_array_equal(images, expected_images)
         np.testing.assert_array_equal(labels, expected_labels)

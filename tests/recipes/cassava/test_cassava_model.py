@@ -58,13 +58,13 @@ def test_a_backbone_weights_file_is_loaded_into_the_backbone(weight_files, name)
     model = train.build_model(SIZE, str(folder / name))
     loaded = model.get_layer("resnet50").get_weights()
     assert len(loaded) == len(backbone_weights)
-    assert all(np.array_equal(a, b) for a, b in zip(loaded, backbone_weights))
+    assert all(np.array_equal(a, b) for a, b in zip(loaded, backbone_weights, strict=True))
 
 
 def test_a_final_weights_file_of_this_recipe_is_loaded_into_the_whole_model(weight_files):
     folder, _, whole_weights = weight_files
     loaded = train.build_model(SIZE, str(folder / "final.weights.h5")).get_weights()
-    assert all(np.array_equal(a, b) for a, b in zip(loaded, whole_weights))
+    assert all(np.array_equal(a, b) for a, b in zip(loaded, whole_weights, strict=True))
 
 
 @pytest.mark.parametrize("name", ["other.weights.h5", "notes.h5"])

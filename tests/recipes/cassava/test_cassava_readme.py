@@ -21,7 +21,8 @@ def shown_python_commands():
                  for line in block.splitlines()
                  if "python recipes/cassava-resnet/" in line]
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
-    in_text = [shlex.split(" ".join(span.split())) for span in re.findall(r"`(python recipes/cassava-resnet/[^`]+)`", prose)]
+    in_text = [shlex.split(" ".join(span.split()))
+               for span in re.findall(r"`(python recipes/cassava-resnet/[^`]+)`", prose)]
     return in_blocks + in_text
 
 

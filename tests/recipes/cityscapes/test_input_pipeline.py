@@ -92,7 +92,7 @@ def test_late_sharding_yields_the_same_examples_as_early(data_dir):
         early = batches(data_dir, shard, **kwargs)
         late = batches(data_dir, shard, shard_late=True, **kwargs)
         assert len(early) == len(late) == 5
-        for (image, categories), (late_image, late_categories) in zip(early, late):
+        for (image, categories), (late_image, late_categories) in zip(early, late, strict=True):
             np.testing.assert_array_equal(image, late_image)
             np.testing.assert_array_equal(categories, late_categories)
 
@@ -102,10 +102,10 @@ def test_same_seed_same_batches_other_seed_other_batches(data_dir):
     first = batches(data_dir, InputShard(1, 0, 2, 2), seed=5, **kwargs)
     second = batches(data_dir, InputShard(1, 0, 2, 2), seed=5, **kwargs)
     other = batches(data_dir, InputShard(1, 0, 2, 2), seed=6, **kwargs)
-    for (a, b), (c, d) in zip(first, second):
+    for (a, b), (c, d) in zip(first, second, strict=True):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
-    assert any(not np.array_equal(a, c) for (a, _), (c, _) in zip(first, other))
+    assert any(not np.array_equal(a, c) for (a, _), (c, _) in zip(first, other, strict=True))
 
 
 def test_image_and_categories_stay_aligned_through_scale_crop_and_flip(data_dir):
@@ -127,7 +127,7 @@ def test_flip_is_applied_to_both_and_sometimes(data_dir, example_of):
     originals, original_categories = next(full)
     flipped = 0
     for images, categories in batches(data_dir, InputShard(1, 0, 4, 4), total_steps=6):
-        for image, category in zip(images, categories):
+        for image, category in zip(images, categories, strict=True):
             as_is = [i for i in range(TRAIN) if np.array_equal(originals[i], image)]
             mirrored = [i for i in range(TRAIN) if np.array_equal(originals[i][:, ::-1], image)]
             assert len(as_is) + len(mirrored) == 1

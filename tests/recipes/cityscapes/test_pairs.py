@@ -125,7 +125,7 @@ def test_the_unet_trains_on_the_pairs_with_their_classes_and_predicts_in_their_c
     served = check_export(run, tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, True, 3), size=(64, 128),
                           channels=3, to_model=lambda images: images.astype(np.float32) / 255.0, classes=NAMES)
     assert served["probabilities"].shape == (3, 64, 128, 3)
-    classes = json.loads((run / "export" / "classes.json").read_text())
+    classes = json.loads((run / "export" / "1" / "assets.extra" / "classes.json").read_text())
     assert [(c["name"], c["colour"]) for c in classes] == [(c["name"], c["colour"]) for c in CLASSES]
 
     process = run_python(f"{RECIPE}/predict.py", "--model", str(run / "export"), "--input", str(src / "images"),

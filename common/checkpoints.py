@@ -1,0 +1,177 @@
+"""Checkpoint and resume: what a run keeps in RESULTS/checkpoints so that --resume continues it
+exactly, the checks that refuse a resume that could not, and the stop on a signal (common.stopping)
+that leaves a checkpoint to resume from.
+
+A checkpoint holds the model, the optimizer (float16's loss scale included), the step and the
+dropout layers' random state; beside it, checkpoints/run.json holds the run's identity (what decides
+the data order and the per-replica state). A resume continues only a run of the same identity, and
+from no step past this run's last. Every process reads the same files, so all of them decide alike.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from common.cli import amp_flags
+from common.contract import RESULT_FIELDS, RESULTS_FILE, RunFinished, StopRequested, UserError
+from common.launchers import Launcher
+from common.reporting import disk_full_is_one_line, log, nbytes
+from common.results import write_json
+from common.stopping import StopFlag, stopped_marker
+
+CHECKPOINTS_DIR = "checkpoints"  # RESULTS/checkpoints
+IDENTITY_FILE = "run.json"  # RESULTS/checkpoints/run.json: the identity of the run that wrote them
+KEEP = 2  # checkpoints kept: the newest, and the one before in case the newest is damaged
+
+
+class ResumeError(UserError, ValueError):
+    """--resume cannot continue the checkpointed run exactly; the message names what differs."""
+
+
+def identity_mismatch(saved: dict, identity: dict, latest: str) -> str | None:
+    """Why a run of `identity` cannot resume checkpoint `latest`, written by a run of `saved`; None
+    when it can. A run.json written before the precision was recorded leaves the precision out."""
+    if "precision" not in saved:
+        identity = {key: value for key, value in identity.items() if key != "precision"}
+    differ = [key for key, value in identity.items() if saved.get(key) != value]
+    if not differ:
+        return None
+    reasons, remedies = [], []
+    if set(differ) - {"precision"}:
+        reasons.append("the data order and the per-replica state would not match its step count")
+        remedies.append("the same --batch-size, replica count, --seed and data")
+    if "precision" in differ:  # float16's loss scale lives in the optimizer state, and not in the others'
+        reasons.append("the arithmetic and the optimizer state (float16's loss scale) differ between precisions")
+        remedies.append(f"its precision ({amp_flags(saved['precision'])}; a bare --amp is float16 only on a GPU)")
+    return (f"--resume: {latest} was written by a run with other settings "
+            f"({'; '.join(f'{key} {saved.get(key)} -> {identity[key]}' for key in differ)}); {' and '.join(reasons)}. "
+            f"Resume with {' and '.join(remedies)}, or start over in another --results-dir")
+
+
+def results_complete(path: str, steps: int) -> bool:
+    """`path` is a whole results.json of a run that ended at `steps`."""
+    try:
+        with open(path) as handle:
+            results = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return isinstance(results, dict) and RESULT_FIELDS <= results.keys() and results.get("steps") == steps
+
+
+class Checkpoints:
+    """RESULTS/checkpoints of one run: check the resume target, restore, save, and stop with a
+    checkpoint. `identity` is what a resumed run must match (Trainer.run_identity)."""
+
+    def __init__(self, launcher: Launcher, results_dir: str, resume: bool, identity: dict, total_steps: int):
+        self.launcher, self.results_dir, self.resume = launcher, results_dir, resume
+        self.identity, self.total_steps = identity, total_steps
+        self.folder = os.path.join(results_dir, CHECKPOINTS_DIR)
+        self.identity_path = os.path.join(self.folder, IDENTITY_FILE)
+        self.checkpoint = None
+
+    def check_resume_target(self) -> None:
+        """--resume, decided before any model is built, collective run or file written: refuse a
+        checkpoint from other settings or past this run's last step, and end a run that already
+        finished without touching it (RunFinished). Every process reads the same files, so all
+        decide alike and none is left waiting for a peer that returned."""
+        latest = tf.train.latest_checkpoint(self.folder) if self.resume else None
+        if not latest:
+            return
+        self._check_identity(latest)
+        try:
+            reached = int(tf.train.load_checkpoint(latest).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+        except Exception:  # unreadable or foreign: restore names the problem
+            return
+        if reached > self.total_steps:
+            raise ResumeError(
+                f"--resume: {latest} is at step {reached}, past this run's last step {self.total_steps} "
+                f"(--max-steps/--epochs); pass --max-steps {reached} or more (or enough --epochs) to "
+                "continue it, or start over in another --results-dir")
+        results = os.path.join(self.results_dir, RESULTS_FILE)
+        if reached == self.total_steps and results_complete(results, reached):
+            log(self.launcher, f"--resume: the run already finished at step {reached}; its results are in "
+                               f"{results}; nothing to do")
+            raise RunFinished(results)
+
+    def _check_identity(self, latest: str) -> None:
+        """Refuse a resume that could not continue the same run (different data order or replicas)."""
+        try:
+            with open(self.identity_path) as handle:
+                saved = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise ResumeError(f"{self.identity_path} cannot be read ({error}), so {latest} cannot be resumed "
+                              "safely; start over in another --results-dir") from None
+        problem = identity_mismatch(saved, self.identity, latest)
+        if problem:
+            raise ResumeError(problem)
+
+    def track(self, model, optimizer, step: tf.Variable) -> None:
+        """What every checkpoint holds: the model, the optimizer (built) and the step."""
+        # model.variables adds what the model's own checkpoint graph leaves out: the random state of
+        # the dropout layers (Keras SeedGenerator). Without it a resumed run draws other masks.
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step,
+                                              model_state=list(model.variables))
+
+    def restore(self) -> int:
+        """The step to start from: the latest checkpoint's under --resume (restored into the tracked
+        model and optimizer), else 0. Without --resume, checkpoints already there are refused."""
+        latest = tf.train.latest_checkpoint(self.folder)
+        start_step = 0
+        if self.resume and latest:  # check_resume_target has checked its settings and step
+            try:
+                self.checkpoint.restore(latest).assert_existing_objects_matched()
+            except Exception as error:  # a truncated or foreign file fails in many ways (OpError, IndexError, ...)
+                raise ResumeError(
+                    f"checkpoint {latest} cannot be restored into this model ({type(error).__name__}: "
+                    f"{str(error).strip().splitlines()[0][:300]}); resume with the model settings that "
+                    "wrote it, delete it to fall back to the one before, or start over in another "
+                    "--results-dir") from None
+            start_step = int(self.checkpoint.step.numpy())
+            log(self.launcher, f"resumed from {latest} at step {start_step}")
+        elif self.resume:
+            log(self.launcher, f"--resume: no checkpoint in {self.folder}, starting from step 0")
+        elif latest:
+            raise FileExistsError(
+                f"{self.folder} already holds checkpoints ({os.path.basename(latest)}); "
+                "pass --resume to continue that run, or choose another --results-dir")
+        # Distributed: the chief removes the stop marker
+        if self.resume and self.launcher.is_chief and os.path.exists(stopped_marker(self.results_dir)):
+            os.remove(stopped_marker(self.results_dir))  # this run continues the stopped one
+        return start_step
+
+    def save(self) -> None:
+        """A checkpoint of the tracked step, and run.json beside it (the chief's copy is kept)."""
+        launcher = self.launcher
+        # Every worker saves (saving can involve the strategy's collectives), but only the chief keeps
+        # its copy. Horovod has no collectives in saving: only rank 0 writes.
+        # Distributed: only the chief keeps checkpoints
+        if not launcher.is_chief and launcher.traits["collective"] != "strategy":
+            return
+        directory = self.folder
+        if not launcher.is_chief:  # Strategy: a worker's throwaway checkpoint folder
+            directory = tempfile.mkdtemp(prefix=f"worker{launcher.worker_index}-ckpt-")
+        manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=KEEP)
+        needed = nbytes(self.checkpoint.model.variables) + nbytes(self.checkpoint.optimizer.variables)
+        with disk_full_is_one_line(directory, needed, "a checkpoint"):
+            if launcher.is_chief:  # Distributed: the chief writes run.json
+                write_json(self.identity_path, self.identity)
+            manager.save(checkpoint_number=int(self.checkpoint.step.numpy()))
+        if not launcher.is_chief:  # Strategy: the throwaway checkpoint removed
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def stop(self, step: int, stop_flag: StopFlag) -> None:
+        """After the checkpoint of `step`: wait for every process, then leave with StopRequested."""
+        # The marker is for whatever started the job: horovodrun reports only "status 1".
+        # Distributed: the chief writes the stop marker
+        if self.launcher.is_chief:
+            write_json(stopped_marker(self.results_dir), {"step": step, "total_steps": self.total_steps,
+                                                         "signal": stop_flag.signal_name})
+        # Nobody exits (and has a scheduler kill the rest) before the checkpoint is whole.
+        self.launcher.barrier()  # Distributed: all stop together
+        raise StopRequested(f"stopped at step {step} of {self.total_steps} ({stop_flag.signal_name or 'a peer'}"
+                            f"{'' if stop_flag.requested else ' was signalled'}); checkpoint in "
+                            f"{self.folder}; continue with --resume", step)

@@ -1,0 +1,276 @@
+"""The pure parts of the training loop and its neighbours, with real values: where a compiled call ends
+(common.training.loop_end), the learning-rate warm-up, the evaluation sums, the weights' fingerprint,
+the SLURM variables' check, a resume's identity check (common.checkpoints), the progress line and
+results.json (common.reporting), and the test hooks (common.test_hooks). No model is trained here."""
+import errno
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common import checkpoints, cli, contract, launchers, reporting, test_hooks, training
+from common.data import cannot_download
+
+# -- where a compiled call ends ----------------------------------------------------------------------
+
+
+def call_ends(total, per_loop, every=(), boundaries=()):
+    """The last step of every compiled call of a run of `total` steps."""
+    ends, step = [], 0
+    while step < total:
+        step = training.loop_end(step, total, per_loop, every, boundaries)
+        ends.append(step)
+    return ends
+
+
+def test_a_call_runs_steps_per_loop_steps_and_stops_at_the_last_step():
+    assert call_ends(25, 10) == [10, 20, 25]
+    assert call_ends(3, 1) == [1, 2, 3]
+    assert training.loop_end(95, 98, 10) == 98
+
+
+def test_a_call_ends_at_every_step_whose_outputs_the_host_needs():
+    # --log-every 4 and a checkpoint every 6 steps: the host reads steps 4, 6, 8, 12, ...
+    assert call_ends(14, 10, every=(4, 6)) == [4, 6, 8, 12, 14]
+    assert training.loop_end(7, 100, 10, every=(4, 6)) == 8  # a call that starts between two of them
+
+
+def test_a_call_ends_at_the_profile_window_boundaries_still_ahead():
+    assert call_ends(20, 10, every=(20,), boundaries=(3, 6)) == [3, 6, 16, 20]
+    assert training.loop_end(6, 20, 10, boundaries=(3, 6)) == 16  # both behind: no longer a limit
+
+
+# -- learning rate --------------------------------------------------------------------------------------
+
+def test_the_warmup_ramps_linearly_from_the_base_rate_to_scale_times_it_then_stays():
+    schedule = training.WarmupSchedule(0.1, 4.0, 10)
+    rates = [float(schedule(step)) for step in (0, 5, 10, 20)]
+    assert rates == pytest.approx([0.1, 0.25, 0.4, 0.4])
+    assert schedule.get_config() == {"base_rate": 0.1, "scale": 4.0, "warmup_steps": 10}
+    no_warmup = training.WarmupSchedule(0.1, 4.0, 0)
+    assert [float(no_warmup(step)) for step in (0, 1)] == pytest.approx([0.1, 0.4])
+
+
+def test_the_rate_is_scaled_only_when_asked_and_there_are_several_replicas():
+    assert training.learning_rate(0.01, SimpleNamespace(num_replicas=4), False, 100) == 0.01
+    assert training.learning_rate(0.01, SimpleNamespace(num_replicas=1), True, 100) == 0.01
+    scaled = training.learning_rate(0.01, SimpleNamespace(num_replicas=4), True, 100)
+    assert isinstance(scaled, training.WarmupSchedule)
+    assert (scaled.base_rate, scaled.scale, scaled.warmup_steps) == (0.01, 4.0, 100)
+
+
+# -- evaluation sums ------------------------------------------------------------------------------------
+
+def test_evaluation_sums_travel_in_one_collective_and_keep_their_shapes():
+    calls = []
+
+    def sum_over_processes(values):  # as if three processes had the same sums
+        calls.append(values.copy())
+        return values * 3
+
+    totals = {"loss": np.float64(2.0), "intersection": np.array([1.0, 2.0]), "examples": np.float64(4.0)}
+    summed = training.summed_over_processes(SimpleNamespace(sum_over_processes=sum_over_processes), totals)
+    assert len(calls) == 1 and calls[0].tolist() == [4.0, 1.0, 2.0, 2.0]  # sorted by name
+    assert float(summed["loss"]) == 6.0 and float(summed["examples"]) == 12.0
+    assert summed["intersection"].tolist() == [3.0, 6.0] and np.shape(summed["loss"]) == ()
+
+
+# -- the weights' fingerprint ---------------------------------------------------------------------------
+
+WEIGHTS = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2], np.int64)]
+
+
+def test_the_fingerprint_of_given_weights_stays_what_results_json_recorded():
+    assert launchers.weights_fingerprint(WEIGHTS) == "f0f5bba1f02f95c9"
+    assert training.weights_fingerprint is launchers.weights_fingerprint
+
+
+def test_the_fingerprint_changes_with_one_bit_the_shape_or_the_dtype():
+    nudged = [WEIGHTS[0].copy(), WEIGHTS[1]]
+    nudged[0][1, 2] = np.nextafter(nudged[0][1, 2], np.float32(10))
+    reshaped = [WEIGHTS[0].reshape(3, 2), WEIGHTS[1]]
+    retyped = [WEIGHTS[0].view(np.int32), WEIGHTS[1]]  # the same bytes
+    fingerprints = {launchers.weights_fingerprint(w) for w in (WEIGHTS, nudged, reshaped, retyped)}
+    assert len(fingerprints) == 4
+    assert launchers.weights_fingerprint([w.copy() for w in WEIGHTS]) == "f0f5bba1f02f95c9"
+
+
+# -- the SLURM variables --------------------------------------------------------------------------------
+
+SLURM = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "node[1-2]",
+         "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
+
+
+@pytest.mark.parametrize("tasks", ["4", "2(x2)", "2(x1),1,1", "1,3"])
+def test_a_complete_slurm_step_passes(tasks):
+    launchers.check_slurm_environment({**SLURM, "SLURM_STEP_TASKS_PER_NODE": tasks})
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("SLURM_PROCID", "", "SLURM_PROCID='' is not a whole number >= 0"),
+    ("SLURM_PROCID", "-1", "SLURM_PROCID='-1' is not a whole number >= 0"),
+    ("SLURM_STEP_NUM_TASKS", "0", "SLURM_STEP_NUM_TASKS='0' is not a whole number >= 1"),
+    ("SLURM_PROCID", "4", "SLURM_PROCID=4 is not below SLURM_STEP_NUM_TASKS=4"),
+    ("SLURM_STEP_NODELIST", " ", "SLURM_STEP_NODELIST=' ' is empty"),
+    ("SLURM_STEP_TASKS_PER_NODE", "2(x2", "SLURM_STEP_TASKS_PER_NODE='2(x2' is not like 2 or 2(x3),1"),
+    ("SLURM_STEP_TASKS_PER_NODE", "2,,1", "is not like 2 or 2(x3),1"),
+])
+def test_a_wrong_slurm_variable_is_named_with_its_value(name, value, message):
+    with pytest.raises(launchers.LauncherError) as error:
+        launchers.check_slurm_environment({**SLURM, name: value})
+    assert message in str(error.value)
+
+
+# -- launchers are told apart by their traits -----------------------------------------------------------
+
+@pytest.mark.parametrize("kind", [launchers.SingleLauncher, launchers.MirroredLauncher,
+                                  launchers.MultiWorkerLauncher, launchers.HorovodLauncher])
+def test_every_launcher_answers_with_its_traits_from_the_contract(kind):
+    launcher = object.__new__(kind)  # no devices, no cluster: only the class's answers
+    assert launcher.traits == contract.LAUNCHER_TRAITS[kind.name]
+
+
+def test_a_horovod_replica_is_its_rank():
+    launcher = object.__new__(launchers.HorovodLauncher)
+    launcher.worker_index = 3
+    assert launcher.replica_id() == 3
+
+
+# -- a resume's identity --------------------------------------------------------------------------------
+
+IDENTITY = {"recipe": "mnist-cnn", "global_batch": 256, "replicas": 2, "per_replica_batch": 128, "seed": 42,
+            "training_examples": 60000, "precision": "float32"}
+
+
+def test_the_same_run_resumes_also_from_a_run_json_without_a_precision():
+    assert checkpoints.identity_mismatch(dict(IDENTITY), IDENTITY, "ckpt-6") is None
+    older = {key: value for key, value in IDENTITY.items() if key != "precision"}
+    assert checkpoints.identity_mismatch(older, {**IDENTITY, "precision": "mixed_float16"}, "ckpt-6") is None
+
+
+def test_other_replicas_or_batch_are_named_with_what_to_resume_with():
+    message = checkpoints.identity_mismatch({**IDENTITY, "global_batch": 128, "replicas": 1}, IDENTITY, "ckpt-6")
+    assert message.startswith("--resume: ckpt-6 was written by a run with other settings "
+                              "(global_batch 128 -> 256; replicas 1 -> 2); the data order")
+    assert "Resume with the same --batch-size, replica count, --seed and data, or start over" in message
+    assert "precision" not in message
+
+
+def test_another_precision_is_named_with_its_flag():
+    message = checkpoints.identity_mismatch({**IDENTITY, "precision": "mixed_float16"}, IDENTITY, "ckpt-6")
+    assert "(precision mixed_float16 -> float32)" in message
+    assert "Resume with its precision (--amp float16; a bare --amp is float16 only on a GPU)" in message
+    assert "data order" not in message
+
+
+def test_only_a_whole_results_json_of_the_last_step_counts_as_finished(tmp_path):
+    import json
+
+    path = tmp_path / "results.json"
+    assert not checkpoints.results_complete(str(path), 10)  # none
+    path.write_text(json.dumps({field: 1 for field in contract.RESULT_FIELDS} | {"steps": 10}))
+    assert checkpoints.results_complete(str(path), 10)
+    assert not checkpoints.results_complete(str(path), 12)  # another run's last step
+    path.write_text(json.dumps({"steps": 10}))
+    assert not checkpoints.results_complete(str(path), 10)  # fields missing
+    path.write_text('{"steps": 10, "recipe"')
+    assert not checkpoints.results_complete(str(path), 10)  # cut short
+
+
+# -- progress and results.json --------------------------------------------------------------------------
+
+def test_the_progress_line_shows_epoch_float_metrics_loss_scale_and_rate():
+    line = reporting.progress_line(40, 100, 39, 0.123456, {"accuracy": 0.5, "loss_scale": 32768.0, "examples": 256},
+                                   1234.4)
+    assert line == "step     40/100  epoch 2  loss 0.1235  accuracy 0.5000  loss scale 32768  1,234 img/s"
+    assert reporting.progress_line(39, 100, 39, 2.0, {}, 12.345).endswith("epoch 1  loss 2.0000    12.3 img/s")
+
+
+def test_a_full_disk_or_quota_is_told_apart_from_other_errors():
+    assert reporting.disk_full_reason(OSError(errno.ENOSPC, "x")) == os.strerror(errno.ENOSPC)
+    assert reporting.disk_full_reason(OSError(errno.ENOENT, "x")) is None
+    assert reporting.disk_full_reason(RuntimeError(f"h5py: {os.strerror(errno.EDQUOT)}")) == os.strerror(errno.EDQUOT)
+    assert reporting.disk_full_reason(RuntimeError("something else")) is None
+
+
+def test_bytes_of_variables_count_every_element_at_its_size():
+    assert reporting.nbytes([np.zeros((2, 3), np.float32), np.zeros(4, np.float16)]) == 32
+    assert reporting.nbytes([tf.Variable(tf.zeros([5], tf.float64))]) == 40
+
+
+def test_results_json_holds_every_contract_field_and_the_recipe_s_extra(monkeypatch):
+    monkeypatch.setattr(reporting, "versions", lambda: {"tensorflow": "2.17.1"})
+    run = SimpleNamespace(
+        recipe="mnist-cnn", launcher=SimpleNamespace(name="mirrored", num_nodes=1, num_workers=1, num_replicas=2),
+        per_replica_batch=4, global_batch=8, start_step=0, total_steps=4, steps_per_epoch=2, warmup_steps=1,
+        step_times=[1.0, 0.5, 0.5, 0.25], report=SimpleNamespace(history=[{"step": 4, "loss": 0.5}]),
+        fingerprints=["ab", "ab"], precision="float32", loss_scaling=None, xla=False)
+    record = reporting.results_record(run, {"final_metrics": {"test": {}}, "precision": "mixed_bfloat16"},
+                                      command=["train.py"])
+    assert contract.RESULT_FIELDS <= record.keys()
+    assert (record["launcher"], record["replicas"], record["steps"], record["losses"]) == (
+        "mirrored", 2, 4, [{"step": 4, "loss": 0.5}])
+    assert (record["timed_steps"], record["images_per_sec"], record["images_per_sec_per_replica"]) == (3, 19.2, 9.6)
+    assert record["replicas_in_sync"] and record["precision"] == "mixed_bfloat16"  # the recipe's word wins
+    assert record["command"] == ["train.py"] and record["versions"] == {"tensorflow": "2.17.1"}
+    assert not reporting.results_record(SimpleNamespace(**{**vars(run), "fingerprints": ["ab", "cd"]}),
+                                        command=[])["replicas_in_sync"]
+
+
+# -- the test hooks -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def recorded_faults():
+    saved = test_hooks.faults()
+    yield
+    test_hooks._recorded = saved
+
+
+def test_the_shared_parser_hands_its_faults_to_the_hooks(recorded_faults):
+    parser = cli.training_parser("probe", batch_size=8, epochs=1, lr=0.1)
+    parser.parse_args(["--fault-overflow", "1:5", "--fault-slow-step", "0.5", "--fault-desync-replica", "2"])
+    assert test_hooks.faults() == test_hooks.Faults(desync_replica=2, overflow=(1, 5), slow_step=0.5)
+    parser.parse_args([])
+    assert test_hooks.faults() == test_hooks.NO_FAULTS
+
+
+def test_the_download_host_is_read_at_every_call(monkeypatch):
+    monkeypatch.delenv(test_hooks.DOWNLOAD_HOST_ENV, raising=False)
+    assert test_hooks.download_host() == "storage.googleapis.com"
+    monkeypatch.setenv(test_hooks.DOWNLOAD_HOST_ENV, "127.0.0.1")
+    assert test_hooks.download_host() == "127.0.0.1"
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert cannot_download(timeout_s=1.0) == "127.0.0.1 cannot be reached"  # nothing listens on 443 here
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    assert cannot_download(timeout_s=1.0) is None  # a proxy is asked to fetch it
+
+
+def test_an_overflow_fault_needs_float16_and_an_existing_replica():
+    test_hooks.check_overflow_fault(None, False, "float32", 1)
+    test_hooks.check_overflow_fault((1, 3), True, "mixed_float16", 2)
+    with pytest.raises(contract.UserError, match="computes in float32; add --amp float16"):
+        test_hooks.check_overflow_fault((1, 3), False, "float32", 2)
+    with pytest.raises(contract.UserError, match=r"--fault-overflow 2:3: there is no replica 2, this run has 2 \(0"):
+        test_hooks.check_overflow_fault((2, 3), True, "mixed_float16", 2)
+
+
+def test_an_overflow_fault_strikes_one_replica_at_one_step():
+    gradients = [tf.constant([1.0, -2.0]), None]
+    struck = test_hooks.overflow_gradients(gradients, tf.constant(3), 1, (1, 3))
+    assert np.isinf(struck[0].numpy()).all() and struck[1] is None
+    for step, replica in ((2, 1), (3, 0)):
+        spared = test_hooks.overflow_gradients(gradients, tf.constant(step), replica, (1, 3))
+        assert spared[0].numpy().tolist() == [1.0, -2.0]
+
+
+def test_a_desync_fault_moves_only_the_named_replica_on_the_process_that_holds_it():
+    copies = [tf.Variable([0.0, 1.0]), tf.Variable([0.0, 1.0])]
+    second_worker = SimpleNamespace(worker_index=1, local_replicas=2)  # replicas 2 and 3
+    test_hooks.desync_replica(copies, second_worker, 1)  # on the first worker: nothing here
+    assert [c.numpy().tolist() for c in copies] == [[0.0, 1.0], [0.0, 1.0]]
+    test_hooks.desync_replica(copies, second_worker, 3)
+    assert copies[0].numpy().tolist() == [0.0, 1.0]
+    assert copies[1].numpy() == pytest.approx([1e-3, 1.001])
