@@ -115,7 +115,8 @@ def assert_restricted(container_name: str, pod: dict) -> None:
     context = {**pod.get("securityContext", {}), **spec["securityContext"]}
     limits = spec["resources"]["limits"]
     assert host["CapDrop"] == context["capabilities"]["drop"] == ["ALL"]
-    assert sorted(host["CapAdd"] or []) == sorted(context["capabilities"].get("add", []))
+    added = sorted(name.removeprefix("CAP_") for name in host["CapAdd"] or [])  # Docker writes CAP_NAME
+    assert added == sorted(context["capabilities"].get("add", []))
     assert "no-new-privileges" in host["SecurityOpt"] and context["allowPrivilegeEscalation"] is False
     assert host["NanoCpus"] == int(float(limits["cpu"]) * 1e9) and host["Memory"] == host["MemorySwap"] > 0
     assert config["Config"]["User"] == (f"{context['runAsUser']}:{context['runAsGroup']}" if "runAsUser" in context
