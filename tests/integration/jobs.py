@@ -12,14 +12,22 @@ import time
 from helpers import REPO
 
 
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Job:
     """`invoke run ...` started in its own session, its output collected while it runs."""
 
-    def __init__(self, *invoke_args, env=None):
+    def __init__(self, *invoke_args, env=None, interruptible=False):
+        """`interruptible`: invoke takes SIGINT as a terminal's foreground command does, also when this
+        suite runs where SIGINT is ignored (a shell without job control starts a background command,
+        and so every process under it, with SIGINT ignored; a process inherits that through exec)."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "invoke", *invoke_args], cwd=REPO, text=True, start_new_session=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+            preexec_fn=default_sigint if interruptible else None)
         self.stdout, self.stderr = [], []
         self._readers = [threading.Thread(target=self._read, args=(stream, lines), daemon=True)
                          for stream, lines in ((self.process.stdout, self.stdout), (self.process.stderr, self.stderr))]

@@ -63,7 +63,7 @@ def container_left(name: str) -> bool:
 def interrupted(results_dir, engine, interrupts: int, at_step: int, *train_args):
     """Start a docker run through invoke, send `interrupts` SIGINTs to invoke alone (not to the docker
     client: a SIGINT that does not come from a terminal), and return its status, output and container."""
-    job, name = Job(*invoke_args(results_dir, *train_args), env=engine), None
+    job, name = Job(*invoke_args(results_dir, *train_args), env=engine, interruptible=True), None
     try:
         job.wait_for_step(at_step)
         name = re.search(r"--name (\S+)", "".join(job.stdout)).group(1)
