@@ -21,7 +21,7 @@ IMPURE_OS = {"environ", "getenv", "putenv", "listdir", "scandir", "walk", "maked
 # Functions over LONG lines (in the packages and in recipes/*/*.py) that read better whole, and why.
 LONG = 60
 KEPT_LONG = {
-    "commands/launch.py::build_launch": "one branch per launcher, read side by side as a table",
+    "commands/launch.py::build_launch": "one branch per way of starting the processes, read side by side as a table",
     "commands/containers.py::build_docker_run_command": "NVIDIA's docker run flags, one by one in one place",
 }
 
