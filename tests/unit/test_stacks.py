@@ -47,7 +47,10 @@ def test_each_stack_pins_one_tensorflow_and_has_horovod_exactly_when_it_has_the_
 def test_pip_install_e_admits_every_stack(stack):
     """pyproject.toml names ranges that every stack's pins satisfy, so `pip install -e .` pins nothing a
     Python of either stack cannot install."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, before it joined the standard library
+        import tomli as tomllib
 
     declared = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
     for requirement in declared:
