@@ -25,7 +25,10 @@
 # SLURM). MPI is Debian's OpenMPI: as root, ci/setup.sh apt-installs libopenmpi-dev and openmpi-bin when
 # mpicxx or mpirun is missing; otherwise it names them and stops.
 #
-# Idempotent: a second run installs nothing new. The Horovod wheel it built is kept in pip's cache folder
+# Idempotent: a second run installs nothing new and leaves the venv untouched (VENV/tf-recipes-installed
+# holds the checksum of pyproject.toml and the stack's constraints it installed; while they are the same
+# and the venv imports tf-recipes, pip is not run, so tests running from the venv meanwhile are safe).
+# The Horovod wheel it built is kept in pip's cache folder
 # (`pip cache dir`, so PIP_CACHE_DIR moves it), under tf-recipes-wheels/horovod-0.28.1-tfTF-pyPY-gloo-mpi/;
 # a fresh .venv on the same machine installs that wheel instead of compiling Horovod again. The folder
 # names what the wheel was built with, so a wheel built without MPI is never reused.
@@ -124,8 +127,18 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 echo "$stack" > "$marker"
-log "installing tf-recipes and its dependencies into $venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "stacks/$stack.txt" -e ".[dev]"
+installed="$venv/tf-recipes-installed"
+wanted=$(cat pyproject.toml "stacks/$stack.txt" | sha256sum | cut -d ' ' -f 1)
+# -I: the import must come from the venv's install, not from this folder.
+if [ -f "$installed" ] && [ "$(cat "$installed")" = "$wanted" ] &&
+   (cd / && "$venv/bin/python" -I -c 'import common, commands, tools, invoke, pytest') 2>/dev/null; then
+    log "tf-recipes and its dependencies are installed in $venv as pyproject.toml and stacks/$stack.txt ask"
+else
+    log "installing tf-recipes and its dependencies into $venv"
+    rm -f "$installed"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "stacks/$stack.txt" -e ".[dev]"
+    echo "$wanted" >"$installed"
+fi
 
 if [ "$with_horovod" = 1 ]; then
     # Exit status 0 when the venv's Horovod has both controllers, 1 when it lacks one, other when none imports.

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from helpers import assert_ok, run_invoke
+from helpers import assert_ok, made_once, run_invoke
 
 BUILD_TIMEOUT = 2400  # a cold CPU base compiles Horovod: ~10 minutes on 2 cores
 
@@ -30,9 +30,10 @@ def cpu_base(engine):
 
     Also sets the memlock choice for the runs: NVIDIA's flags ask for an unlimited memlock, which
     some sandboxes refuse to raise; use the recommended flag wherever the host allows it."""
-    if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode != 0:
-        assert_ok(run_invoke("images.bootstrap", timeout=BUILD_TIMEOUT))
-    assert_ok(run_invoke("images.cpu", timeout=BUILD_TIMEOUT))
+    with made_once("cpu-base"):
+        if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode != 0:
+            assert_ok(run_invoke("images.bootstrap", timeout=BUILD_TIMEOUT))
+        assert_ok(run_invoke("images.cpu", timeout=BUILD_TIMEOUT))
     probe = docker("run", "--rm", "--ulimit", "memlock=-1", "tf-recipes/debian:bookworm", "true")
     engine["INVOKE_TF_RECIPES_MEMLOCK"] = "-1" if probe.returncode == 0 else ""
     return "tf-recipes/cpu-base:latest"

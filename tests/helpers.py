@@ -1,5 +1,7 @@
-"""Test helpers: run what a user runs (invoke, train scripts), read what it wrote, and import a
-recipe's modules (recipe_module)."""
+"""Test helpers: run what a user runs (invoke, train scripts), read what it wrote, import a
+recipe's modules (recipe_module), and make a shared thing once among processes (made_once)."""
+import contextlib
+import fcntl
 import importlib.abc
 import importlib.util
 import json
@@ -48,6 +50,23 @@ def assert_ok(process: subprocess.CompletedProcess) -> None:
     assert process.returncode == 0, (
         f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-4000:]}\n"
         f"--- stderr ---\n{process.stderr[-6000:]}")
+
+
+# ci/test.sh's background builds (ci/prepare-images.sh) take the same locks, with flock(1).
+LOCKS = REPO / "build" / "locks"
+
+
+@contextlib.contextmanager
+def made_once(name: str):
+    """Hold build/locks/NAME.lock while making NAME (an image, a SIF): the two pytest workers and
+    ci/prepare-images.sh each make it under the lock, so one builds and the others find it built."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    with open(LOCKS / f"{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def horovod_available() -> bool:

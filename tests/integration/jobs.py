@@ -106,13 +106,18 @@ def _rank(argv, environ) -> int:
 
 
 def _mounts(pid: int, host_path) -> bool:
-    """Whether process `pid` sees `host_path` mounted at /results (a container's results volume)."""
+    """Whether process `pid` sees `host_path` mounted at /results (a container's results volume).
+
+    The mount's root is the host folder's path within its file system: the whole path, or its tail
+    when the folder lies on a file system of its own (a tmpfs /tmp). Not its last name alone: two
+    containers of two tests running side by side may both mount a folder named `results`."""
+    source = os.path.realpath(host_path).rstrip("/")
     try:
         with open(f"/proc/{pid}/mountinfo") as handle:
-            return any(line.split()[4] == "/results" and line.split()[3].rstrip("/").endswith(
-                os.path.basename(str(host_path).rstrip("/"))) for line in handle)
+            roots = [fields[3].rstrip("/") for fields in map(str.split, handle) if fields[4] == "/results"]
     except OSError:
         return False
+    return any(root and source.endswith(root) for root in roots)
 
 
 def wait_for_processes(results_dir, count: int, timeout: float = 120) -> dict[int, int]:

