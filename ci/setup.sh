@@ -131,7 +131,8 @@ installed="$venv/tf-recipes-installed"
 wanted=$(cat pyproject.toml "stacks/$stack.txt" | sha256sum | cut -d ' ' -f 1)
 # -I: the import must come from the venv's install, not from this folder.
 if [ -f "$installed" ] && [ "$(cat "$installed")" = "$wanted" ] &&
-   (cd / && "$venv/bin/python" -I -c 'import common, commands, tools, invoke, pytest') 2>/dev/null; then
+   (python="$(cd "$venv" && pwd)/bin/python" && cd / && "$python" -I -c 'import common, commands, tools, invoke, pytest') \
+       2>/dev/null; then
     log "tf-recipes and its dependencies are installed in $venv as pyproject.toml and stacks/$stack.txt ask"
 else
     log "installing tf-recipes and its dependencies into $venv"

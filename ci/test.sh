@@ -22,6 +22,12 @@
 #                                           # and precision tests (single, mirrored, multiworker);
 #                                           # the nightly runs it
 #   bash ci/test.sh --stack current --fast  # the unit tier alone on the current stack
+#
+# Two pytest workers (pytest-xdist), one per core; tests/conftest.py says in which order they take
+# the test modules. The full run also builds the container tests' images in the background
+# (ci/prepare-images.sh) while Horovod compiles and the first tests run. Every run ends with one line
+# of its time: wall clock, set-up, tests, and the CPU time of what it waited for (also appended to
+# $GITHUB_STEP_SUMMARY when that is set), so that growth shows on every CI run and every night.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,44 +44,62 @@ done
 
 # Strict: tests that would skip for a missing Horovod or Docker engine fail instead.
 export TF_RECIPES_STRICT=1
-# Two pytest workers (pytest-xdist), one per core. Work goes out one group at a time in the order
-# tests/conftest.py gives (a test module is a unit of work; see its pytest_xdist_make_scheduler).
 parallel=(-n 2 --dist loadscope --no-loadscope-reorder)
+BUDGET=2400  # seconds: the whole suite, cold, on a 2-core machine (README.md, "Tasks")
+# The machine's busy and idle time so far, in clock ticks (/proc/stat: user nice system idle iowait ...).
+machine_cpu() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
+read -r busy0 idle0 < <(machine_cpu)
+started=$SECONDS
+mkdir -p build/ci
+
 if [ "$stack" != ngc-25.02 ]; then
     venv=.venv-$stack
     bash ci/setup.sh --stack "$stack" --venv "$venv"
-    if [ "$fast" = 1 ]; then
-        exec "$venv/bin/python" -m pytest "${parallel[@]}" tests/unit "$@"
-    fi
-    exec "$venv/bin/python" -m pytest "${parallel[@]}" tests/unit tests/recipes \
-        tests/integration/test_mnist_launchers.py tests/integration/test_precision.py "$@"
-fi
-if [ "$fast" = 1 ]; then
+    paths=(tests/unit)
+    [ "$fast" = 1 ] || paths+=(tests/recipes tests/integration/test_mnist_launchers.py tests/integration/test_precision.py)
+elif [ "$fast" = 1 ]; then
+    venv=.venv
     bash ci/setup.sh --stack ngc-25.02 --horovod
-    exec .venv/bin/python -m pytest "${parallel[@]}" tests/unit "$@"
+    paths=(tests/unit)
+else
+    venv=.venv
+    paths=()
+    bash ci/setup.sh --stack ngc-25.02  # .venv without Horovod: what the image builds need
+    bash ci/docker-engine.sh >/dev/null
+    # Its own process group (setsid), so that whatever it still runs when the tests end can be stopped.
+    setsid bash ci/prepare-images.sh >build/ci/prepare-images.log 2>&1 &
+    prepare=$!
+    echo "[test] building the test images in the background (log: build/ci/prepare-images.log)" >&2
+    bash ci/slurm-cluster.sh
+    bash ci/apptainer.sh
+    bash ci/setup.sh --stack ngc-25.02 --horovod
+fi
+setup=$((SECONDS - started))
+
+status=0
+"$venv/bin/python" -m pytest "${parallel[@]}" "${paths[@]}" "$@" || status=$?
+if [ -n "${prepare:-}" ]; then
+    kill -- -"$prepare" 2>/dev/null || true
+    wait "$prepare" 2>/dev/null || true
 fi
 
-started=$SECONDS
-bash ci/setup.sh --stack ngc-25.02  # .venv, without Horovod: what the image builds need
-bash ci/docker-engine.sh >/dev/null
-# The images build in the background, holding the locks the tests' fixtures take (ci/prepare-images.sh).
-mkdir -p build/ci
-setsid bash ci/prepare-images.sh >build/ci/prepare-images.log 2>&1 &
-prepare=$!  # its own process group, so that everything it started can be stopped
-echo "[test] building the test images in the background (log: build/ci/prepare-images.log)" >&2
-bash ci/slurm-cluster.sh
-bash ci/apptainer.sh
-bash ci/setup.sh --stack ngc-25.02 --horovod
-setup=$((SECONDS - started))
-status=0
-.venv/bin/python -m pytest "${parallel[@]}" "$@" || status=$?
-# The background builds ended long before the tests that needed them; if pytest stopped first, stop them.
-kill -- -"$prepare" 2>/dev/null || true
-wait "$prepare" 2>/dev/null || true
-# The budget, visible on every run: wall time, and the CPU time of every process this script waited for
-# (as /usr/bin/time counts it: not dockerd's, so not what runs in a docker build or a container).
+# Two CPU figures. What this script waited for, as /usr/bin/time counts it (`times`, run here, not in a
+# subshell): not dockerd's children, so not what runs in a docker build or a container. And the whole
+# machine's busy time from /proc/stat, which sees those too (and anything else the machine runs).
 wall=$((SECONDS - started))
-cpu=$(times | awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
-echo "[test] suite: $wall s (set-up $setup s, tests $((wall - setup)) s); user+system $cpu s," \
-     "$(awk -v c="$cpu" -v w="$wall" 'BEGIN { printf "%.2f", w ? c / w : 0 }') cores busy on average" >&2
+times >build/ci/times.txt
+cpu=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' \
+      build/ci/times.txt)
+read -r busy1 idle1 < <(machine_cpu)
+cores() { awk -v c="$1" -v w="$2" 'BEGIN { printf "%.2f", (w > 0 ? c / w : 0) }'; }
+line="ci/test.sh $*: $wall s (set-up $setup s, tests $((wall - setup)) s), exit $status;"
+line+=" user+system of its processes $cpu s ($(cores "$cpu" "$wall") cores);"
+line+=" the machine's $(nproc) cores $(cores "$(( (busy1 - busy0) * $(nproc) ))" "$(( busy1 - busy0 + idle1 - idle0 ))") busy"
+if [ "$fast" = 0 ] && [ "$stack" = ngc-25.02 ] && [ "$wall" -gt "$BUDGET" ]; then
+    line+="; over the suite's budget of $BUDGET s"
+fi
+echo "[test] $line" >&2
+if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+    echo "$line" >>"$GITHUB_STEP_SUMMARY" || true
+fi
 exit "$status"

@@ -106,7 +106,8 @@ def test_zizmor_finds_nothing():
     # A tag can be moved to other code; a commit cannot.
     ("ci.yml", "actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1", "actions/checkout@v7", "unpinned-uses"),
     # A branch name is attacker-chosen text; expanded into a script, it runs.
-    ("ci.yml", 'run: sudo env "PATH=$PATH" bash .ci/run', 'run: echo "${{ github.head_ref }}"', "template-injection"),
+    ("ci.yml", 'run: sudo env "PATH=$PATH" "GITHUB_STEP_SUMMARY=$GITHUB_STEP_SUMMARY" bash .ci/run',
+     'run: echo "${{ github.head_ref }}"', "template-injection"),
     ("nightly.yml", "    permissions:\n      contents: read\n      issues: write\n",
      "    permissions: write-all\n", "excessive-permissions"),
 ], ids=["unpinned", "injection", "write-all"])
@@ -319,7 +320,7 @@ def test_history_is_restored_by_prefix_and_saved_under_a_key_of_its_own():
 
 def test_ci_runs_the_readmes_test_command():
     runs = [step["run"] for _, step in steps(load(WORKFLOWS / "ci.yml")) if "run" in step]
-    assert runs == ['sudo env "PATH=$PATH" bash .ci/run']
+    assert runs == ['sudo env "PATH=$PATH" "GITHUB_STEP_SUMMARY=$GITHUB_STEP_SUMMARY" bash .ci/run']
     assert "bash ci/test.sh" in (REPO / ".ci" / "run").read_text()
     assert "\nbash ci/test.sh\n" in (REPO / "README.md").read_text()
     assert set(load(WORKFLOWS / "ci.yml")["on"]) == {"push", "pull_request"}

@@ -1,0 +1,64 @@
+"""How ci/test.sh hands the suite to its two pytest workers (`-n 2 --dist loadscope
+--no-loadscope-reorder`, pytest-xdist; tests/conftest.py plugs this in).
+
+Each worker takes one unit of work at a time, in the order of the collected items, and a unit's tests
+run in order on one worker. A unit is a test module (its module-scoped fixtures are made once), or one
+of SHARED: modules that use one thing that must serve one test at a time.
+
+The longest go out first, so that the last ones handed out are short and the two workers end
+together: FIRST in its order (measured: the slowest units of a cold run), then the other units of
+the integration tier, then the recipes tier, then the unit tier, whose hundreds of second-long tests
+fill the end. tests/unit/test_test_order.py keeps every name here true to tests/."""
+
+SHARED = {
+    # The two-node SLURM cluster: two multiworker jobs on one node would both listen on
+    # SlurmClusterResolver's port 8888.
+    "slurm": ["integration/test_slurm_cluster", "integration/test_stop_slurm", "integration/test_preflight_runs",
+              "integration/test_apptainer"],
+}
+# Measured on a cold run (each unit's test durations summed, two workers busy): the slowest first,
+# but for the ones that need ci/prepare-images.sh's images, which come after the first two, by when
+# those images are built.
+FIRST = [
+    "integration/test_quickstart_debian",  # 318 s: two fresh Debian trees download TensorFlow
+    "integration/test_mnist_launchers",  # 347 s
+    "integration/test_stop_resume",  # 262 s
+    "slurm",  # 402 s, with the SIF
+    "integration/test_precision",  # 243 s
+    "integration/test_cityscapes_launchers",  # 229 s
+    "integration/test_cassava_launchers",  # 223 s
+    "integration/test_cluster_failures",  # 159 s
+    "integration/test_containers",  # 155 s
+    "integration/test_nightly_workflow",  # 141 s
+    "integration/test_k8s_in_docker",  # 137 s
+    "integration/test_new_recipe",  # 102 s
+    "integration/test_predict",  # 81 s
+    "integration/test_nightly_controls",  # 80 s
+    "integration/test_bench_run",  # 68 s
+    "integration/test_resume",  # 64 s
+    "integration/test_stop_docker",  # 60 s
+    "integration/test_documented_commands",  # 56 s
+]
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work of a test: its module's path under tests/ without .py, or its SHARED name."""
+    module = nodeid.split("::")[0].removeprefix("tests/").removesuffix(".py")
+    return next((name for name, modules in SHARED.items() if module in modules), module)
+
+
+TIERS = ("integration", "recipes", "unit")  # after FIRST, in this order
+
+
+def sort(items) -> None:
+    """FIRST's units in its order, then the tiers in TIERS' order; within a tier, pytest's order."""
+    rank = {name: index for index, name in enumerate(FIRST)}
+
+    def key(item):
+        unit = unit_of(item.nodeid)
+        if unit in rank:
+            return (0, rank[unit])
+        tier = item.nodeid.removeprefix("tests/").split("/")[0]
+        return (1, TIERS.index(tier) if tier in TIERS else len(TIERS))
+
+    items.sort(key=key)
