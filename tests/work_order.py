@@ -16,28 +16,29 @@ SHARED = {
     "slurm": ["integration/test_slurm_cluster", "integration/test_stop_slurm", "integration/test_preflight_runs",
               "integration/test_apptainer"],
 }
-# Measured on a cold run (each unit's test durations summed, two workers busy): the slowest first,
-# but for the ones that need ci/prepare-images.sh's images, which come after the first two, by when
-# those images are built.
+# Measured on two cold runs (each unit's test durations summed, two workers busy), and paired: a unit
+# that mostly waits (downloads, SLURM jobs of one CPU, signals, timeouts) is handed out next to one that
+# computes, so that the two workers together keep both cores busy. The units that need
+# ci/prepare-images.sh's images come after the first two, by when those are built.
 FIRST = [
-    "integration/test_quickstart_debian",  # 318 s: two fresh Debian trees download TensorFlow
-    "integration/test_mnist_launchers",  # 347 s
-    "integration/test_stop_resume",  # 262 s
-    "slurm",  # 402 s, with the SIF
-    "integration/test_precision",  # 243 s
-    "integration/test_cityscapes_launchers",  # 229 s
-    "integration/test_cassava_launchers",  # 223 s
-    "integration/test_cluster_failures",  # 159 s
-    "integration/test_containers",  # 155 s
-    "integration/test_nightly_workflow",  # 141 s
-    "integration/test_k8s_in_docker",  # 137 s
-    "integration/test_new_recipe",  # 102 s
-    "integration/test_predict",  # 81 s
-    "integration/test_nightly_controls",  # 80 s
-    "integration/test_bench_run",  # 68 s
-    "integration/test_resume",  # 64 s
-    "integration/test_stop_docker",  # 60 s
-    "integration/test_documented_commands",  # 56 s
+    "integration/test_quickstart_debian",  # waits: two fresh Debian trees download TensorFlow (320-380 s)
+    "integration/test_mnist_launchers",  # computes (240-350 s)
+    "slurm",  # waits: one-CPU jobs, a requeue (400 s), with the SIF
+    "integration/test_precision",  # computes (240-270 s)
+    "integration/test_stop_resume",  # waits: signals and resumes (100-260 s)
+    "integration/test_cassava_launchers",  # computes (220-240 s)
+    "integration/test_cluster_failures",  # waits: lost peers and deadlines (50-160 s)
+    "integration/test_cityscapes_launchers",  # computes (180-230 s)
+    "integration/test_k8s_in_docker",
+    "integration/test_nightly_workflow",
+    "integration/test_containers",
+    "integration/test_stop_docker",
+    "integration/test_nightly_controls",
+    "integration/test_new_recipe",
+    "integration/test_predict",
+    "integration/test_bench_run",
+    "integration/test_resume",
+    "integration/test_documented_commands",
 ]
 
 
