@@ -69,6 +69,8 @@ else
     # Its own process group (setsid), so that whatever it still runs when the tests end can be stopped.
     setsid bash ci/prepare-images.sh >build/ci/prepare-images.log 2>&1 &
     prepare=$!
+    # If this script is stopped (a cancelled CI run), the builds stop with it.
+    trap 'kill -- -"$prepare" 2>/dev/null || true' EXIT
     echo "[test] building the test images in the background (log: build/ci/prepare-images.log)" >&2
     bash ci/slurm-cluster.sh
     bash ci/apptainer.sh
