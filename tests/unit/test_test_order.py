@@ -40,3 +40,20 @@ def test_ci_runs_two_workers_with_the_units_in_order():
     assert flags and flags.group(1).split() == ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder"]
     runs = [line for line in script.splitlines() if "-m pytest" in line]
     assert len(runs) == 1 and '-m pytest "${parallel[@]}"' in runs[0], runs
+
+
+def test_two_workers_run_each_module_whole_on_one_of_them():
+    """The scheduler tests/conftest.py plugs into pytest-xdist really keeps a unit on one worker
+    (xdist's own grouping by mark silently stopped grouping under pytest 9.2)."""
+    import subprocess
+    import sys
+
+    modules = ["tests/unit/test_atomic.py", "tests/unit/test_gpu_request_env.py", "tests/unit/test_help.py"]
+    process = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadscope",
+                              "--no-loadscope-reorder", "-v", "-p", "no:cacheprovider", *modules],
+                             cwd=TESTS.parent, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stdout[-3000:]
+    ran = re.findall(r"^\[(gw\d)\] .*?PASSED (tests/\S+?\.py)::", process.stdout, flags=re.M)
+    workers = {module: {worker for worker, path in ran if path == module} for module in modules}
+    assert all(len(found) == 1 for found in workers.values()), workers
+    assert len({worker for worker, _ in ran}) == 2, "both workers should have taken work"
