@@ -24,6 +24,7 @@ TIERS = ("smoke", "cpu", "gpu")
 # bits; a launcher that averages wrongly or trains on its own half batch moves far more.
 LOSS_RTOL = 1e-3
 WEIGHT_ATOL = 1e-3
+LOSS_WINDOW_PARTS = 4  # the "loss went down" check compares the first and last quarter of the curve
 # Failures that are the machine's, not the recipe's: these, and only these, are retried once.
 INFRASTRUCTURE_ERRORS = (
     ("the Docker daemon", r"Cannot connect to the Docker daemon|error during connect|"
@@ -277,12 +278,6 @@ def not_runnable(cell: Cell, facts: dict) -> str | None:
     return None
 
 
-def needs_every_cell(matrix: Matrix, tier: str) -> bool:
-    """A tier that asks for GPUs (`gpus: true`) is run where they are: a cell it cannot run there is a
-    failure, not "not run here" as in the cpu tier."""
-    return bool(matrix.tiers[tier].get("gpus"))
-
-
 def nothing_runnable(cells: list[Cell], facts: dict, tier: str) -> str | None:
     """The one-line reason when not one of the tier's cells can run here (None: some can)."""
     reasons = [not_runnable(cell, facts) for cell in cells]
@@ -330,6 +325,13 @@ def shell_lines(text: str):
 
 # -- checks ------------------------------------------------------------------------------------------
 
+def loss_windows(losses: list[float]) -> tuple[float, float]:
+    """The mean loss of the first and of the last LOSS_WINDOW_PARTS-th of the logged losses (at
+    least one each): a curve that learns goes down between them, whatever one noisy step does."""
+    width = max(1, len(losses) // LOSS_WINDOW_PARTS)
+    return sum(losses[:width]) / width, sum(losses[-width:]) / width
+
+
 def check_results(cell: Cell, results: dict | None) -> list[str]:
     """What is wrong with a finished cell's results.json (empty: nothing)."""
     if results is None:
@@ -349,9 +351,13 @@ def check_results(cell: Cell, results: dict | None) -> list[str]:
     losses = [entry["loss"] for entry in results["losses"]]
     if len(losses) < 2:
         problems.append(f"{len(losses)} logged losses; need at least 2 to see the loss go down")
-    elif not losses[-1] < losses[0]:
-        problems.append(f"the loss did not go down: {losses[0]:.4g} at step {results['losses'][0]['step']}, "
-                        f"{losses[-1]:.4g} at step {results['losses'][-1]['step']}")
+    else:
+        first, last = loss_windows(losses)
+        if not last < first:
+            steps = [entry["step"] for entry in results["losses"]]
+            width = max(1, len(losses) // LOSS_WINDOW_PARTS)
+            problems.append(f"the loss did not go down: mean {first:.4g} over steps {steps[0]}-{steps[width - 1]}, "
+                            f"mean {last:.4g} over steps {steps[-width]}-{steps[-1]}")
     return problems
 
 

@@ -13,14 +13,13 @@ import xml.etree.ElementTree as ET
 from ci.nightly import matrix as nightly
 from common.contract import DEFAULT_STACK, STACK_BASES
 
-MARK = {"pass": "✅ pass", "fail": "❌ **fail**", "not-run": "⏸ not run here"}
+MARK = {"pass": "✅ pass", "fail": "❌ **fail**"}
 
 
 def render_junit(report: dict) -> str:
     entries = report["entries"]
     suite = ET.Element("testsuite", name=f"nightly-{report['tier']}", tests=str(len(entries)),
                        failures=str(sum(e["status"] == "fail" for e in entries)),
-                       skipped=str(sum(e["status"] == "not-run" for e in entries)),
                        time=f"{report['duration_s']:.1f}", timestamp=report["started"])
     for entry in entries:
         group = entry["recipe"] if entry["kind"] == "cell" else "readme"
@@ -30,8 +29,6 @@ def render_junit(report: dict) -> str:
         if entry["status"] == "fail":
             ET.SubElement(case, "failure", message=entry["reason"]).text = (
                 f"{entry['reason']}\ncommand: {command}\nlog: {entry.get('log', '')}")
-        elif entry["status"] == "not-run":
-            ET.SubElement(case, "skipped", message=f"not run here: {entry['reason']}").text = f"command: {command}"
         ET.SubElement(case, "system-out").text = f"command: {command}\nattempts: {entry.get('attempts', 0)}"
     suites = ET.Element("testsuites", name="tf-recipes nightly")
     suites.append(suite)
@@ -59,7 +56,7 @@ def render_summary(report: dict) -> str:
     readme = [e for e in report["entries"] if e["kind"] == "readme"]
     counts = {s: sum(e["status"] == s for e in report["entries"]) for s in MARK}
     lines = [f"## Nightly, tier `{report['tier']}`: {'green' if report['passed'] else 'RED'}", "",
-             f"{counts['pass']} passed, {counts['fail']} failed, {counts['not-run']} not run here; "
+             f"{counts['pass']} passed, {counts['fail']} failed; "
              f"{report['started']}, {report['duration_s'] / 60:.1f} min. Command: `{report['command']}`", ""]
     failed = [e for e in report["entries"] if e["status"] == "fail"]
     if failed:
@@ -87,11 +84,6 @@ def render_summary(report: dict) -> str:
     if readme:
         lines += ["### README commands, run as written", "", "| command | result |", "|---|---|"]
         lines += [f"| `{e['command'] or e['id']}` | {MARK[e['status']]} |" for e in readme] + [""]
-    not_run = [e for e in cells if e["status"] == "not-run"]
-    if not_run:
-        lines += ["<details><summary>Not run here, and what would run</summary>", ""]
-        lines += [f"- {e['id']} ({e['reason']}): `{nightly.quote(e['command'])}`" for e in not_run]
-        lines += ["", "</details>", ""]
     return "\n".join(lines)
 
 
@@ -166,8 +158,8 @@ def write_all(report: dict, nights: list[dict], out: str) -> None:
 def render_matrix_table(matrix) -> str:
     """The README's launcher x runtime table: for each tier and stack, which cells it has and which
     ran on the CI machine (docker/cpu cells do; apptainer/cpu cells too, with the `apptainer` of
-    ci/apptainer.sh, else they are listed as not run; a gpu tier, which must run every cell, stops at
-    once and red on a machine without GPUs)."""
+    ci/apptainer.sh, and fail, saying why, without one; a gpu tier stops at once and red on a machine
+    without GPUs)."""
     lines = ["| tier | stack | recipes | launchers | runtime / base | run on the CI machine |",
              "|---|---|---|---|---|---|"]
     for tier, spec in matrix.tiers.items():
@@ -179,10 +171,10 @@ def render_matrix_table(matrix) -> str:
                         "needs GPUs" if spec.get("gpus") else "", "NGC base" if base == "ngc" else "",
                         "TensorFlow GPU image" if base == "gpu" else "")))
                     here = ("yes" if runtime == "docker" and base == "cpu" and not spec.get("gpus")
-                            else "yes, with the `apptainer` of `ci/apptainer.sh` (without one: listed as not run)"
+                            else "yes, with the `apptainer` of `ci/apptainer.sh` (without one: failed, saying why)"
                             if runtime == "apptainer" and base == "cpu" and not spec.get("gpus")
                             else f"no: the tier stops at once, red ({lacking})" if spec.get("gpus")
-                            else f"no: rendered and listed as not run ({lacking})")
+                            else f"no: failed, saying why ({lacking})")
                     replicas = "one per GPU" if spec.get("gpus") else "CPU replicas"
                     lines.append(f"| `{tier}` | {stack} | {', '.join(spec['recipes'])} | {', '.join(launchers)} "
                                  f"({replicas}) | {runtime} / {base} | {here} |")

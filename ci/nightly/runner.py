@@ -7,6 +7,7 @@ run once more; a wrong result never is.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import glob
 import json
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 from ci.nightly import matrix as nightly
 from ci.nightly import report as nightly_report
@@ -34,18 +36,68 @@ def say(message: str) -> None:
 
 # -- running a command within a time limit -------------------------------------------------------
 
-def run_logged(argv, log_path: str, time_limit: float, env: dict | None = None,
-               shell: bool = False) -> tuple[int | None, str]:
-    """Run in its own process group with output to `log_path`; (status or None on timeout, output).
+# Every command the night runs carries this variable, with a value of its own, in its environment,
+# and so does every process it starts: workers that horovodrun or mpirun put in sessions of their
+# own, and Apptainer's processes, which a signal to the command's process group does not reach.
+# Once the command has ended, whatever still carries its value outlived it and is killed.
+RUN_TAG = "TF_RECIPES_NIGHTLY_RUN"
+LEFTOVER_GRACE = 10.0  # seconds a finished command's processes get to exit on their own
 
-    On the time limit: SIGTERM to the group (a training job checkpoints and stops), SIGKILL 60 s later."""
+
+@dataclasses.dataclass
+class Finished:
+    status: int | None  # None: stopped at its time limit
+    output: str
+    outlived: list[str]  # "PID NAME" of each process that outlived the command and was killed
+
+
+def tagged_processes(tag: str) -> dict[int, str]:
+    """{pid: name} of the processes whose environment holds RUN_TAG=tag."""
+    needle = f"{RUN_TAG}={tag}".encode()
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    with open(f"/proc/{pid}/comm") as name:
+                        found[int(pid)] = name.read().strip()
+        except OSError:  # gone meanwhile, or a zombie
+            continue
+    return found
+
+
+def kill_leftovers(tag: str, grace: float) -> list[str]:
+    """Wait up to `grace` seconds for the processes carrying `tag` to end, then SIGKILL the rest and
+    wait for them to go; "PID NAME" of each one killed."""
+    deadline = time.monotonic() + grace
+    left = tagged_processes(tag)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = tagged_processes(tag)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 30
+    while left and tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [f"{pid} {name}" for pid, name in left.items()]
+
+
+def run_logged(argv, log_path: str, time_limit: float, env: dict | None = None, shell: bool = False) -> Finished:
+    """Run in its own process group with output to `log_path`, within `time_limit` seconds.
+
+    On the time limit: SIGTERM to the group (a training job checkpoints and stops), SIGKILL 60 s later.
+    Then, whether it finished or was stopped, every process it started is gone (RUN_TAG)."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    tag = uuid.uuid4().hex
     with open(log_path, "w") as log:
         log.write(f"$ {argv if shell else nightly.quote(argv)}\n")
         log.flush()
         process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, shell=shell,
                                    executable="/bin/bash" if shell else None, start_new_session=True,
-                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
+                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {}), RUN_TAG: tag})
         try:
             status = process.wait(timeout=time_limit)
         except subprocess.TimeoutExpired:
@@ -60,21 +112,30 @@ def run_logged(argv, log_path: str, time_limit: float, env: dict | None = None,
                 except subprocess.TimeoutExpired:
                     continue
             log.write(f"\n[nightly] time limit of {time_limit:.0f} s reached; stopped\n")
+        outlived = kill_leftovers(tag, 0 if status is None else LEFTOVER_GRACE)
+        if outlived:
+            log.write(f"\n[nightly] {len(outlived)} of its processes outlived it and were killed: "
+                      f"{', '.join(outlived)}\n")
     with open(log_path, errors="replace") as log:
-        return status, log.read()
+        return Finished(status, log.read(), outlived)
 
 
-def with_one_retry(attempt) -> tuple[int | None, str, int, str | None]:
-    """`attempt()` -> (status, output); once more only if it failed with an infrastructure error.
-    Returns status, output, attempts and the infrastructure error that caused a retry."""
-    status, output = attempt()
-    if status not in (0, None):
-        cause = nightly.infrastructure_error(output)
+def outlived_problem(finished: Finished) -> list[str]:
+    """The problem of a command that left processes running (none when it left none)."""
+    return [f"{len(finished.outlived)} of its processes outlived it and were killed "
+            f"({', '.join(finished.outlived)})"] if finished.outlived else []
+
+
+def with_one_retry(attempt) -> tuple[Finished, int, str | None]:
+    """`attempt()` -> Finished; once more only if it failed with an infrastructure error.
+    Returns the last attempt, the number of attempts and the infrastructure error that caused a retry."""
+    finished = attempt()
+    if finished.status not in (0, None):
+        cause = nightly.infrastructure_error(finished.output)
         if cause:
             say(f"  infrastructure error ({cause}); retrying once")
-            status, output = attempt()
-            return status, output, 2, cause
-    return status, output, 1, None
+            return attempt(), 2, cause
+    return finished, 1, None
 
 
 # -- what this machine has ---------------------------------------------------------------------
@@ -170,9 +231,10 @@ def build_images(cells, facts: dict, images: dict, out: str) -> dict[str, str]:
     for name, args in build_steps(cells, facts, images):
         say(f"building {name}")
         log = os.path.join(out, "build", re.sub(r"[^\w.-]+", "-", name).strip("-") + ".log")
-        status, _, _, _ = with_one_retry(lambda args=args, log=log: run_logged([*INVOKE, *args], log, 3600))
-        if status != 0:
-            failed[name] = f"building {name} failed (status {status}); see {os.path.relpath(log, out)}"
+        finished, _, _ = with_one_retry(lambda args=args, log=log: run_logged([*INVOKE, *args], log, 3600))
+        if finished.status != 0 or finished.outlived:
+            why = "; ".join(outlived_problem(finished)) or f"status {finished.status}"
+            failed[name] = f"building {name} failed ({why}); see {os.path.relpath(log, out)}"
             say(failed[name])
     return failed
 
@@ -187,9 +249,10 @@ def prepare_data(matrix, recipe: str, work: str, log_dir: str) -> tuple[str | No
     os.makedirs(work)
     for index, step in enumerate(steps):
         argv = [sys.executable if word == "python" else word.format(data=data, work=work) for word in step]
-        status, output = run_logged(argv, os.path.join(log_dir, f"data-{recipe}-{index}.log"), 900)
-        if status != 0:
-            return None, f"preparing its data failed: {nightly.quote(argv)} (status {status})"
+        finished = run_logged(argv, os.path.join(log_dir, f"data-{recipe}-{index}.log"), 900)
+        if finished.status != 0 or finished.outlived:
+            why = "; ".join(outlived_problem(finished)) or f"status {finished.status}"
+            return None, f"preparing its data failed: {nightly.quote(argv)} ({why})"
     return data, None
 
 
@@ -237,20 +300,21 @@ def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
     def attempt():
         shutil.rmtree(results_dir, ignore_errors=True)
         started = time.time()
-        status, output = run_logged(argv, os.path.join(folder, "log.txt"), cell.time_limit, env)
-        if status is None and cell.runtime == "docker":
+        finished = run_logged(argv, os.path.join(folder, "log.txt"), cell.time_limit, env)
+        if finished.status is None and cell.runtime == "docker":
             remove_containers(cell, results_dir)
         attempt.seconds = time.time() - started
-        return status, output
+        return finished
 
-    status, output, attempts, cause = with_one_retry(attempt)
+    finished, attempts, cause = with_one_retry(attempt)
+    status = finished.status
     entry = cell_entry(cell, nightly.cell_command(cell, results_dir, data_dir, ("invoke",)), attempts=attempts,
                        retried_for=cause, duration_s=round(attempt.seconds, 1),
                        log=os.path.relpath(os.path.join(folder, "log.txt"), out))
     if status is None:
         entry["problems"].append(f"did not finish within its time limit of {cell.time_limit:.0f} s")
     elif status != 0:
-        said = [line.split("error: ", 1)[1] for line in output.splitlines() if "error: " in line][-1:]
+        said = [line.split("error: ", 1)[1] for line in finished.output.splitlines() if "error: " in line][-1:]
         entry["problems"].append(f"exit status {status}" + (f": {said[0]}" if said else ""))
     else:
         results = read_results(results_dir)
@@ -258,6 +322,7 @@ def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
         if results:
             entry["images_per_sec"] = results.get("images_per_sec")
         entry["_results"], entry["_results_dir"] = results, results_dir
+    entry["problems"] += outlived_problem(finished)
     return entry
 
 
@@ -268,15 +333,14 @@ def add_parity(entries: dict) -> None:
     for entry in entries.values():
         cell = entry["_cell"]
         twin = entries.get(cell.docker_id)
-        if (cell.runtime != "docker" and entry.get("status") != "not-run" and not entry["problems"]
-                and twin and twin.get("status") != "not-run" and not twin["problems"]):
+        if cell.runtime != "docker" and not entry["problems"] and twin and not twin["problems"]:
             problems = compare_weights(entry, twin)
             entry["problems"] += [f"against its Docker cell {cell.docker_id}: {problem}" for problem in problems]
             entry["parity_with_docker"] = cell.docker_id
-        if cell.is_reference or entry["problems"] or not cell.parity or entry.get("status") == "not-run":
+        if cell.is_reference or entry["problems"] or not cell.parity:
             continue
         reference = entries.get(cell.reference_id)
-        if reference is None or reference["problems"] or reference["status"] == "not-run":
+        if reference is None or reference["problems"]:
             entry["problems"].append(f"no parity check: the reference cell {cell.reference_id} did not pass")
             continue
         entry["problems"] += compare_weights(entry, reference)
@@ -307,13 +371,14 @@ def run_readme(command, out: str, index: int) -> dict:
     # As a user runs it after the README's setup: with the environment's `invoke` and `python` first on PATH.
     venv = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     started = time.time()
-    status, output, attempts, cause = with_one_retry(
+    finished, attempts, cause = with_one_retry(
         lambda: run_logged(line, os.path.join(out, entry["log"]), command.time_limit, shell=True, env=venv))
     entry.update(attempts=attempts, retried_for=cause, duration_s=round(time.time() - started, 1))
-    if status is None:
+    if finished.status is None:
         entry["problems"].append(f"did not finish within {command.time_limit:.0f} s")
-    elif status != 0:
-        entry["problems"].append(f"exit status {status}")
+    elif finished.status != 0:
+        entry["problems"].append(f"exit status {finished.status}")
+    entry["problems"] += outlived_problem(finished)
     return entry
 
 
@@ -353,10 +418,9 @@ def prepare_all_data(matrix, cells, facts: dict, out: str) -> tuple[dict, dict]:
     return data_dirs, data_errors
 
 
-def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dirs: dict, data_errors: dict,
-              every_cell: bool = False) -> dict:
-    """{cell id: report entry} for every cell: run and checked, or why it was not run (with
-    `every_cell`, a gpu tier's, a cell that cannot run here fails)."""
+def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dirs: dict, data_errors: dict) -> dict:
+    """{cell id: report entry} for every cell: run and checked. A tier's cells are what it proves, so
+    a cell that cannot run here (no Apptainer, no GPU) fails, saying why; it is never skipped green."""
     env = {} if facts["memlock"] else {"INVOKE_TF_RECIPES_MEMLOCK": ""}
     entries = {}
     for index, cell in enumerate(cells, 1):
@@ -366,8 +430,7 @@ def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dir
         if why:
             data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
             command = nightly.cell_command(cell, "RESULTS", data, ("invoke",))
-            entry = (cell_entry(cell, command, problems=[f"not run, though its tier is meant to run it: {why}"])
-                     if every_cell else cell_entry(cell, command, status="not-run", reason=why))
+            entry = cell_entry(cell, command, problems=[f"not run, though its tier is meant to run it: {why}"])
         elif broken:
             entry = cell_entry(cell, [], problems=[broken])
         else:
@@ -376,7 +439,7 @@ def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dir
             rate = f", {entry['images_per_sec']:,.1f} img/s" if entry["images_per_sec"] else ""
             say(f"  {'; '.join(entry['problems']) or 'finished'} ({entry['duration_s']:.0f} s{rate})")
         entry["_cell"] = cell
-        entry.setdefault("status", "fail" if entry["problems"] else "pass")
+        entry["status"] = "fail" if entry["problems"] else "pass"
         entries[cell.id] = entry
     return entries
 
@@ -389,9 +452,8 @@ def judge(entries: dict, cells, nights: list[dict], tier: str, rule: dict) -> li
     for regression in found:
         entries[regression["cell"]]["problems"].append(nightly.regression_problem(regression, rule))
     for entry in entries.values():
-        if entry.get("status") != "not-run":
-            entry["status"] = "fail" if entry["problems"] else "pass"
-            entry["reason"] = "; ".join(entry["problems"])
+        entry["status"] = "fail" if entry["problems"] else "pass"
+        entry["reason"] = "; ".join(entry["problems"])
         if entry["id"] in tonight:
             entry["ratio"] = round(tonight[entry["id"]], 4)
             change = nightly.change_against_history(entry["id"], tonight[entry["id"]], nights, tier, rule["window"])
@@ -427,7 +489,7 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
         print_plan(matrix, cells, readme, out)
         return 0
     facts = machine_facts(cells, images, docker_answers)
-    if nightly.needs_every_cell(matrix, tier) and nightly.nothing_runnable(cells, facts, tier):
+    if nightly.nothing_runnable(cells, facts, tier):
         raise nightly.NothingToRun(nightly.nothing_runnable(cells, facts, tier))
     started = datetime.datetime.now(datetime.timezone.utc)
     shutil.rmtree(os.path.join(out, "cells"), ignore_errors=True)
@@ -439,8 +501,7 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
 
     build_failed = build_images(cells, facts, images, out)
     data_dirs, data_errors = prepare_all_data(matrix, cells, facts, out)
-    entries = run_cells(matrix, cells, facts, out, build_failed, data_dirs, data_errors,
-                        nightly.needs_every_cell(matrix, tier))
+    entries = run_cells(matrix, cells, facts, out, build_failed, data_dirs, data_errors)
     add_parity(entries)
     for index, command in enumerate(readme):
         say(f"README: {command.match}")
@@ -459,9 +520,9 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
     if history:
         write_history(history, record)
     nightly_report.write_all(report, [*nights, record], out)
-    counts = {s: sum(e["status"] == s for e in entries.values()) for s in ("pass", "fail", "not-run")}
+    counts = {s: sum(e["status"] == s for e in entries.values()) for s in ("pass", "fail")}
     say(f"{'green' if report['passed'] else 'RED'}: {counts['pass']} passed, {counts['fail']} failed, "
-        f"{counts['not-run']} not run here, in {report['duration_s']:.0f} s; report in {out}")
+        f"in {report['duration_s']:.0f} s; report in {out}")
     for entry in entries.values():
         if entry["status"] == "fail":
             say(f"FAILED {entry['id']}: {entry['reason']}")
