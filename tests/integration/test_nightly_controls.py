@@ -10,6 +10,7 @@ tests/unit/test_nightly.py.
 
 Also the gpu tier on this machine, which has no GPU: it must fail at once, saying why."""
 import json
+import pathlib
 import re
 import shlex
 import subprocess
@@ -53,7 +54,7 @@ readme:
 README = """```bash
 python -c "raise SystemExit('a README command that no longer works')"  # nightly-fails
 test -e {mark} || {{ touch {mark}; echo 'docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2; exit 125; }}  # nightly-flaky
-sleep 120  # nightly-hangs
+setsid sleep 7213 & sleep 120  # nightly-hangs
 ```
 """  # noqa: E501 (a README's lines as they stand)
 
@@ -111,6 +112,24 @@ def test_each_bad_cell_is_named_in_the_summary_and_the_junit_file(controls, cell
     assert f"**{entry['id']}**" in (out / "summary.md").read_text()
     failure = junit_cases(out)[entry["id"]].find("failure")
     assert failure is not None and reason in failure.get("message")
+
+
+def test_a_hung_command_is_stopped_with_every_process_it_started(controls):
+    """The hung README command started a process in a session of its own (as horovodrun and mpirun
+    start their workers), which a signal to the command's process group does not reach: it is killed
+    too, and named."""
+    _, report, out = controls["first"]
+    entry = next(e for e in report["entries"] if e["id"].endswith("nightly-hangs"))
+    assert "did not finish within 3 s" in entry["reason"] and "outlived it and were killed" in entry["reason"], entry
+    assert re.search(r"\(\d+ sleep\)", entry["reason"]), entry["reason"]
+    left = []
+    for cmdline in pathlib.Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes() == b"sleep\x007213\x00":
+                left.append(cmdline.parent.name)
+        except OSError:
+            continue
+    assert not left, f"the hung command's processes outlived the night: {left}"
 
 
 def test_a_flaky_infrastructure_error_is_retried_once(controls):

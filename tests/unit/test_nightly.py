@@ -245,6 +245,29 @@ def test_a_rerun_of_the_same_night_replaces_its_history_record(tmp_path):
 
 # -- report.json's consumers, on the report the cpu night really wrote ------------------------------
 
+def test_the_kept_night_is_a_whole_green_cpu_night_of_todays_matrix():
+    """docs/nightly/cpu is the last full cpu-tier night: every cell the matrix has (none added, removed or
+    renamed since), every one of them run here and passed, the README commands of the tier too, and the
+    matrix the night read is this one."""
+    import json
+
+    report = json.loads((REPO / "docs" / "nightly" / "cpu" / "report.json").read_text())
+    cells = {e["id"]: e for e in report["entries"] if e["kind"] == "cell"}
+    assert report["tier"] == "cpu" and report["matrix"] == "ci/nightly/matrix.yaml"
+    assert sorted(cells) == sorted(c.id for c in nightly.expand(MATRIX, "cpu")), "re-run: invoke nightly --tier cpu"
+    for cell in nightly.expand(MATRIX, "cpu"):
+        entry = cells[cell.id]
+        assert entry["status"] == "pass" and "not run" not in entry.get("reason", ""), entry
+        # Today's command (flags, steps, batch) with that night's folders: a changed cell was re-run.
+        command = entry["command"]
+        folder = {flag: command[command.index(flag) + 1] if flag in command else None
+                  for flag in ("--results-dir", "--data-dir")}
+        assert command == nightly.cell_command(cell, folder["--results-dir"], folder["--data-dir"], ("invoke",))
+    readme = [e["id"] for e in report["entries"] if e["kind"] == "readme"]
+    assert readme == [c.id for c in nightly.readme_commands(MATRIX, "cpu")]
+    assert report["passed"] and all(e["status"] == "pass" for e in report["entries"])
+
+
 def test_the_kept_summary_and_junit_file_are_what_the_renderers_make_of_the_kept_report(tmp_path):
     """docs/nightly/cpu: report.json as `invoke nightly --tier cpu` wrote it, and the files rendered from it."""
     import json
