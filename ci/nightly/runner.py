@@ -334,7 +334,10 @@ def add_parity(entries: dict) -> None:
         cell = entry["_cell"]
         twin = entries.get(cell.docker_id)
         if cell.runtime != "docker" and not entry["problems"] and twin and not twin["problems"]:
-            problems = compare_weights(entry, twin)
+            # The same image under another runtime: the same arithmetic, so bit for bit.
+            mine, theirs = (e["_results"]["replica_fingerprints"] for e in (entry, twin))
+            problems = [] if mine == theirs else [f"replica fingerprints {mine}, the Docker cell's {theirs}"]
+            problems += compare_weights(entry, twin)
             entry["problems"] += [f"against its Docker cell {cell.docker_id}: {problem}" for problem in problems]
             entry["parity_with_docker"] = cell.docker_id
         if cell.is_reference or entry["problems"] or not cell.parity:

@@ -1,8 +1,11 @@
 """Apptainer for real: `invoke build mnist-cnn --base cpu --runtime apptainer` turns the recipe's Docker
 image into a SIF (`docker save`, then `apptainer build SIF docker-archive:TAR`), and
-`invoke run --runtime apptainer` trains inside it under single, multiworker and horovod, ending with
-the same replica fingerprints as the same run under `--runtime docker` in the image the SIF was made
-from, and writing its results as the caller.
+`invoke run --runtime apptainer` trains inside it (multiworker, two processes), ending with the same
+replica fingerprints as the same run under `--runtime docker` in the image the SIF was made from,
+and writing its results as the caller; the SIF's sbatch script trains the same model on two SLURM
+nodes. Every other launcher, and the other recipes, under Apptainer: the nightly cpu tier, whose
+apptainer cells must end with their Docker cell's fingerprints bit for bit (`invoke nightly --tier cpu`,
+docs/nightly.md).
 
 On Debian 12, `bash ci/apptainer.sh` provides `apptainer` (ci/test.sh runs it first): Debian unstable's
 Apptainer in a root file system of its own, run as an unprivileged user in user-namespace mode, the
@@ -25,11 +28,7 @@ from helpers import REPO, assert_ok, made_once, read_results, run_invoke
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 SIF = REPO / "build" / "sif" / "mnist-cnn_cpu.sif"
 BUILD = ["build", "mnist-cnn", "--base", "cpu", "--runtime", "apptainer", "--sif-compression", "zstd"]
-RUNS = {
-    "single": ["--launcher", "single"],
-    "multiworker": ["--launcher", "multiworker", "--cpu-replicas", "2"],
-    "horovod": ["--launcher", "horovod", "--cpu-replicas", "2"],
-}
+RUNS = {"multiworker": ["--launcher", "multiworker", "--cpu-replicas", "2"]}
 TRAIN = ["--synthetic", "--max-steps", "10", "--log-every", "5", "--batch-size", "32"]
 FINGERPRINTS = {}  # launcher -> the Docker run's replica fingerprints, for the SLURM job below
 
