@@ -10,7 +10,7 @@ import math
 import os
 import sys
 
-from common import contract, test_hooks
+from common import contract, test_hooks, user_paths
 from common.contract import COLLECTIVES, LAUNCHERS
 from common.stopping import peer_error_summary
 
@@ -139,13 +139,34 @@ def add_precision_flags(group) -> None:
                             f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
 
 
+def folder_flags_problem(args, inputs=("data_dir",), outputs=("results_dir", "cache_dir")) -> str | None:
+    """One line when a folder flag of a training run names a file (or a FIFO, ...), or when one of its
+    output folders (those of `outputs` the recipe has) is, contains or lies inside an input folder."""
+    given = {f"--{dest.replace('_', '-')}": getattr(args, dest, None) for dest in (*inputs, *outputs)}
+    given = {flag: path for flag, path in given.items() if path}
+    for flag, path in given.items():
+        problem = user_paths.folder_problem(flag, path)
+        if problem:
+            return problem
+    read = {flag: path for flag, path in given.items() if flag[2:].replace("-", "_") in inputs}
+    for flag, path in given.items():
+        problem = flag not in read and user_paths.output_problem(flag, path, read)
+        if problem:
+            return problem
+    return None
+
+
 class TrainingParser(argparse.ArgumentParser):
     """argparse's parser that also hands the test hooks of every command line it parses (the --fault-*
-    flags) to common.test_hooks, where the training loop finds them; a recipe never passes them on."""
+    flags) to common.test_hooks, where the training loop finds them; a recipe never passes them on. It
+    refuses, in one line with exit status 2, folder flags that name a file or put an output on the data."""
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         test_hooks.record(namespace)
+        problem = folder_flags_problem(namespace)
+        if problem:
+            self.exit(contract.EXIT_USER_ERROR, f"error: {problem}\n")
         return namespace, extras
 
 
