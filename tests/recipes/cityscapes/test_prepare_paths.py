@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from error_checks import without_tf_log
+from error_checks import assert_one_error_line
 from helpers import REPO, recipe_module
 from seg_pairs_data import write_pairs
 
@@ -27,14 +27,6 @@ def snapshot(folder):
                   for parent, folders, files in os.walk(folder) for name in folders + files)
 
 
-def assert_refused(process, *needles):
-    assert process.returncode == 2, process.stdout + process.stderr
-    lines = [line for line in without_tf_log(process.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), process.stderr
-    for needle in needles:
-        assert str(needle) in lines[0], f"{needle!r} not in {lines[0]}"
-
-
 @pytest.fixture
 def release(tmp_path):
     source = tmp_path / "cityscapes"
@@ -48,7 +40,7 @@ def test_an_out_on_the_source_is_refused_and_the_source_left_as_it_was(release, 
     before = snapshot(release.parent)
     process = run_prepare("--source", release, "--out", out)
     how = {"same": "is", "inside": "lies inside", "around": "contains"}[where]
-    assert_refused(process, f"--out {out} {how} --source {release}")
+    assert_one_error_line(process, f"--out {out} {how} --source {release}")
     assert snapshot(release.parent) == before
 
 
@@ -60,14 +52,14 @@ def test_an_out_on_the_users_photos_or_masks_is_refused(tmp_path, flag):
     process = run_prepare("--format", "pairs", "--images", tmp_path / "mine" / "images", "--masks",
                           tmp_path / "mine" / "masks", "--classes", tmp_path / "mine" / "classes.yaml",
                           "--out", target / "prepared")
-    assert_refused(process, f"lies inside {flag} {target}")
+    assert_one_error_line(process, f"lies inside {flag} {target}")
     assert snapshot(tmp_path / "mine") == before
 
 
 def test_an_out_that_is_a_file_is_refused(release, tmp_path):
     out = tmp_path / "prepared.txt"
     out.write_text("mine\n")
-    assert_refused(run_prepare("--source", release, "--out", out), f"--out {out} is a file, not a folder")
+    assert_one_error_line(run_prepare("--source", release, "--out", out), f"--out {out} is a file, not a folder")
     assert out.read_text() == "mine\n"
 
 
@@ -102,7 +94,7 @@ def test_a_classes_file_that_is_a_fifo_is_refused_without_waiting(tmp_path):
     os.mkfifo(classes)
     process = run_prepare("--format", "pairs", "--images", tmp_path / "images", "--masks", tmp_path / "masks",
                           "--classes", classes, "--out", tmp_path / "out", timeout=60)
-    assert_refused(process, f"--classes {classes} is a named pipe (FIFO), not a file")
+    assert_one_error_line(process, f"--classes {classes} is a named pipe (FIFO), not a file")
     assert not (tmp_path / "out").exists()
 
 
