@@ -14,9 +14,6 @@ from common import contract
 from common.contract import HOROVOD_RUNNERS, LAUNCHERS, launcher_trait
 
 
-_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
-
-
 class LaunchError(ValueError):
     """A launch request that cannot work; the message names the value and the valid choices."""
 
@@ -98,10 +95,9 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     hosts = list(hosts)
     if len(hosts) > 1 and not launcher_trait(launcher, "multi_node"):
         raise LaunchError(f"--launcher {launcher} runs on one node; with --hosts use multiworker or horovod")
-    for host in hosts:  # a name horovodrun's -H HOST:SLOTS, spawn's --hosts and TF_CONFIG's HOST:PORT can hold
-        if not _HOST.fullmatch(host):
-            raise LaunchError(f"--hosts: {host!r} is not a host name or IPv4 address (letters, digits, '.', '-' "
-                              "and '_'); give comma-separated names such as node1,node2")
+    for host in hosts:
+        if contract.host_name_problem(host):
+            raise LaunchError(f"--hosts: {contract.host_name_problem(host)}")
     if hosts and not 0 <= node_index < len(hosts):
         raise LaunchError(f"--node-index {node_index} is not a position in --hosts {','.join(hosts)}")
     if hostfile and (peers_from != "mpi" or hosts or hostfile_nodes < 1):

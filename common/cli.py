@@ -139,21 +139,13 @@ def add_precision_flags(group) -> None:
                             f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
 
 
-def folder_flags_problem(args, inputs=("data_dir",), outputs=("results_dir", "cache_dir")) -> str | None:
-    """One line when a folder flag of a training run names a file (or a FIFO, ...), or when one of its
-    output folders (those of `outputs` the recipe has) is, contains or lies inside an input folder."""
-    given = {f"--{dest.replace('_', '-')}": getattr(args, dest, None) for dest in (*inputs, *outputs)}
-    given = {flag: path for flag, path in given.items() if path}
-    for flag, path in given.items():
-        problem = user_paths.folder_problem(flag, path)
-        if problem:
-            return problem
-    read = {flag: path for flag, path in given.items() if flag[2:].replace("-", "_") in inputs}
-    for flag, path in given.items():
-        problem = flag not in read and user_paths.output_problem(flag, path, read)
-        if problem:
-            return problem
-    return None
+def folder_flags_problem(args) -> str | None:
+    """One line when --data-dir, --results-dir or (cassava-resnet) --cache-dir names a file (or a FIFO, ...),
+    or when an output folder is, contains or lies inside --data-dir."""
+    data_dir = getattr(args, "data_dir", None)
+    return (data_dir and user_paths.folder_problem("--data-dir", data_dir)) or user_paths.flags_problem(
+        {"--data-dir": data_dir}, {"--results-dir": getattr(args, "results_dir", None),
+                                   "--cache-dir": getattr(args, "cache_dir", None)})
 
 
 class TrainingParser(argparse.ArgumentParser):
@@ -164,9 +156,7 @@ class TrainingParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         test_hooks.record(namespace)
-        problem = folder_flags_problem(namespace)
-        if problem:
-            self.exit(contract.EXIT_USER_ERROR, f"error: {problem}\n")
+        user_paths.exit_if(folder_flags_problem(namespace))
         return namespace, extras
 
 

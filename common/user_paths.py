@@ -4,6 +4,8 @@
     list_files(folder, ...)         a folder's regular files (and links to them), and every other entry, named
     folder_problem / file_problem   one line for a path flag given the wrong kind of thing, else None
     output_problem(flag, out, ...)  one line when an output is, contains or lies inside one of the inputs
+    flags_problem(inputs, ...)      both, for every output flag of a command: what each command checks
+    exit_if(problem)                a script's one `error:` line and exit status 2
 
 Every reader of a user's folder (training's image folders and prepared data, prediction's inputs, data
 preparation's sources) lists it with list_files: it takes regular files and symbolic links to regular files,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from dataclasses import dataclass, field
 
 FILE, FOLDER, MISSING = "a file", "a folder", "missing"
@@ -109,6 +112,36 @@ def output_problem(flag: str, out, inputs) -> str | None:
         real_in = os.path.realpath(given)
         if inside(real_out, real_in) or inside(real_in, real_out):
             how = "is" if real_out == real_in else "lies inside" if inside(real_out, real_in) else "contains"
-            return (f"{flag} {out} {how} {input_flag} {given} ({real_out} and {real_in}): the output would be "
-                    f"written among the inputs; choose a {flag} outside {input_flag}")
+            return (f"{flag} {out} {how} {input_flag} {given} ({real_out} and {real_in} overlap): the output "
+                    f"would be written among the inputs; choose a {flag} outside {input_flag}")
     return None
+
+
+def flags_problem(inputs, folders=None, files=None) -> str | None:
+    """The first problem of a command's output flags, as one line, else None: an output folder flag
+    ({flag: path} `folders`) that names something other than a folder, an output file flag (`files`)
+    that names something other than a regular file (a folder, a FIFO whose open would wait, a device),
+    or an output of either kind that is, contains or lies inside one of `inputs` ({flag: path}).
+    Paths that are None or empty are left out: flags not given."""
+    folders = {flag: path for flag, path in (folders or {}).items() if path}
+    files = {flag: path for flag, path in (files or {}).items() if path}
+    for flag, path in folders.items():
+        problem = folder_problem(flag, path)
+        if problem:
+            return problem
+    for flag, path in files.items():
+        what = what_is(path)
+        if what not in (FILE, MISSING):
+            return f"{flag} {path} is {what}, not a file; give the path of a file to write"
+    for flag, path in {**folders, **files}.items():
+        problem = output_problem(flag, path, inputs)
+        if problem:
+            return problem
+    return None
+
+
+def exit_if(problem: str | None) -> None:
+    """A script's command line: one `error:` line on stderr and exit status 2 (a user mistake) for a problem."""
+    if problem:
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        sys.exit(2)

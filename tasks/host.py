@@ -181,8 +181,10 @@ def ca_bundle_from(explicit: str | None) -> str | None:
     for candidate in (explicit, os.environ.get("SSL_CERT_FILE"), os.environ.get("REQUESTS_CA_BUNDLE"),
                       os.environ.get("PIP_CERT")):
         if candidate:
-            if not os.path.isfile(candidate):
-                fail(f"CA bundle {candidate} does not exist; pass --ca-bundle PATH or unset the variable")
+            what = user_paths.what_is(candidate)  # never opened here: docker build would wait on a FIFO
+            if what != user_paths.FILE:
+                fail(f"CA bundle {candidate} {'does not exist' if what == user_paths.MISSING else 'is ' + what}; "
+                     "pass --ca-bundle PATH of a file or unset the variable")
             return os.path.abspath(candidate)
     return None
 

@@ -49,8 +49,7 @@ def _check_request(runtime, base, gpus, launcher, host_list, train_args, data_di
 
 def _check_results_dir(results_dir: str, data_dir: str | None) -> None:
     """--results-dir must be a folder (or nothing yet), and neither the data folder, nor in it, nor around it."""
-    problem = user_paths.folder_problem("--results-dir", results_dir) or (
-        data_dir and user_paths.output_problem("--results-dir", results_dir, {"--data-dir": data_dir}))
+    problem = user_paths.flags_problem({"--data-dir": data_dir}, {"--results-dir": results_dir})
     if problem:
         host.fail(problem)
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from common.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV
+from common.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV, host_name_problem
 from common.stopping import forwarding_stop_signals
 from common.tf_config import build_tf_config
 
@@ -80,6 +80,9 @@ def main(argv=None) -> int:
     if args.nproc < 1:
         parser.error(f"--nproc {args.nproc} must be at least 1")
     hosts = [host for host in args.hosts.split(",") if host]
+    for host in hosts:
+        if host_name_problem(host):
+            parser.error(f"--hosts: {host_name_problem(host)}")
     if not 0 <= args.node_index < len(hosts):
         parser.error(f"--node-index {args.node_index} is not a position in --hosts {args.hosts}")
     if len(hosts) > 1 and args.port_base is None:

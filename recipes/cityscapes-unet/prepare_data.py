@@ -380,9 +380,9 @@ def prepare(source, out, splits=("train", "val"), workers=None, expect_size=None
     if not hasattr(source, "load"):
         source = CityscapesRelease(pathlib.Path(source))
     out = pathlib.Path(out)
-    for problem in (user_paths.folder_problem("--out", out), user_paths.output_problem("--out", out, source.inputs)):
-        if problem:
-            raise UsageError(problem)
+    problem = user_paths.flags_problem(source.inputs, {"--out": out})
+    if problem:
+        raise UsageError(problem)
     for split in splits:
         in_the_way = foreign_output(out, split)
         if in_the_way:

@@ -129,6 +129,34 @@ def test_a_rendered_files_out_that_is_a_fifo_is_one_line_without_waiting(tmp_pat
                     "is a named pipe (FIFO), not a file")
 
 
+def test_invoke_bench_refuses_an_out_that_is_a_file(tmp_path):
+    out = tmp_path / "bench.md"
+    out.write_text("mine\n")
+    assert_one_error_line(run_invoke("bench", "mnist-cnn", "--out", str(out), "--dry", timeout=120),
+                          f"--out {out} is a file, not a folder")
+
+
+def test_invoke_nightly_refuses_an_out_inside_its_history_and_a_matrix_that_is_a_fifo(tmp_path):
+    assert_one_error_line(run_invoke("nightly", "--history", str(tmp_path), "--out", str(tmp_path / "out"), "--dry",
+                                     timeout=120), f"--out {tmp_path / 'out'} lies inside --history {tmp_path}")
+    os.mkfifo(tmp_path / "matrix.yaml")
+    assert_one_error_line(run_invoke("nightly", "--matrix", str(tmp_path / "matrix.yaml"), "--dry", timeout=60),
+                          "--matrix", "is a named pipe (FIFO), not a file")
+
+
+def test_preflight_refuses_a_results_dir_that_is_a_file(tmp_path):
+    results = tmp_path / "preflight.txt"
+    results.write_text("")
+    assert_one_error_line(run_python("-m", "tools.preflight", "--results-dir", str(results), timeout=60),
+                          f"--results-dir {results} is a file, not a folder")
+
+
+def test_a_ca_bundle_that_is_a_fifo_is_named_and_never_read(tmp_path):
+    os.mkfifo(tmp_path / "ca.crt")
+    assert_one_error_line(run_invoke("build", "mnist-cnn", "--ca-bundle", str(tmp_path / "ca.crt"), "--dry",
+                                     timeout=60), f"CA bundle {tmp_path}/ca.crt is a named pipe (FIFO)")
+
+
 # -- tasks on a fresh clone, before any build folder exists ---------------------------------------------
 
 def test_a_rendered_file_goes_into_a_folder_that_does_not_exist_yet(tmp_path):
@@ -183,15 +211,15 @@ def test_srun_mpi_plugins_are_checked_when_given(mpi):
                     f"--mpi {mpi!r} is not an srun MPI plugin", "pmix, pmix_v2")
 
 
+def test_tools_spawn_refuses_a_host_name_tf_config_cannot_hold():
+    process = run_python("-m", "tools.spawn", "--nproc", "1", "--hosts", "node1:4", "--", "true", timeout=60)
+    assert process.returncode == 2 and "--hosts: 'node1:4' is not a host name" in process.stderr, process.stderr
+
+
 @pytest.mark.parametrize("hosts", ["node1:4,node2", "node1,node 2"])
 def test_host_names_that_horovodrun_or_tf_config_cannot_hold_are_refused(hosts):
     assert_one_error_line(run_invoke("run", "mnist-cnn", "--runtime", "local", "--cpu-replicas", "2", "--launcher",
                                "multiworker", "--hosts", hosts, "--dry", timeout=120), "--hosts: ")
-
-
-def test_the_sif_compression_is_checked_when_given():
-    assert_one_error_line(run_invoke("build", "mnist-cnn", "--runtime", "apptainer", "--sif-compression", "xz", "--dry",
-                               timeout=120), "unknown sif-compression 'xz'")
 
 
 def test_nothing_here_blocks_on_a_fifo_given_as_the_input_of_predict(tmp_path):

@@ -110,3 +110,23 @@ def test_training_names_a_fifo_in_place_of_a_prepared_file(release, tmp_path):
     process = subprocess.run([sys.executable, "-c", check, str(data)], cwd=REPO, capture_output=True, text=True,
                              timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert f"{example} is a named pipe (FIFO), not a regular file" in process.stdout, process.stdout + process.stderr
+
+
+def test_make_fixture_refuses_an_out_that_is_a_file(tmp_path):
+    out = tmp_path / "fixture"
+    out.write_text("mine\n")
+    process = subprocess.run([sys.executable, "recipes/cityscapes-unet/make_fixture.py", "--out", str(out)], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+    assert process.returncode == 2 and f"--out {out} is not a folder" in process.stderr, process.stderr
+    assert "Traceback" not in process.stderr and out.read_text() == "mine\n"
+
+
+def test_the_input_benchmark_keeps_its_work_and_report_off_the_data(release, tmp_path):
+    for extra, needle in ((["--work-dir", release / "work"], f"--work-dir {release / 'work'} lies inside --data-dir"),
+                          (["--json", release / "report.json"], f"--json {release / 'report.json'} lies inside")):
+        process = subprocess.run([sys.executable, "recipes/cityscapes-unet/benchmark_input.py", "--data-dir",
+                                  str(release), *map(str, extra), "--rounds", "1", "--epochs", "1", "--batch", "1"],
+                                 cwd=REPO, capture_output=True, text=True, timeout=180,
+                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        assert_one_error_line(process, needle)
+    assert not (release / "work").exists() and not (release / "report.json").exists()

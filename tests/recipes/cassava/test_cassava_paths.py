@@ -1,0 +1,21 @@
+"""cassava-resnet's scripts with paths a careless user gives them: a TFDS folder that is a file, and a
+training cache inside the data, are refused in one line before anything is written."""
+import os
+
+from error_checks import assert_one_error_line
+from helpers import run_python
+
+
+def test_download_refuses_a_data_dir_that_is_a_file(tmp_path):
+    data = tmp_path / "tensorflow_datasets"
+    data.write_text("mine\n")
+    assert_one_error_line(run_python("recipes/cassava-resnet/download_cassava.py", "--data-dir", str(data),
+                                     timeout=120), f"--data-dir {data} is a file, not a folder")
+    assert data.read_text() == "mine\n"
+
+
+def test_training_refuses_a_cache_inside_the_data_before_it_loads_tensorflow(tmp_path):
+    process = run_python("recipes/cassava-resnet/train.py", "--data-dir", str(tmp_path), "--cache-dir",
+                         str(tmp_path / "cache"), "--max-steps", "1", "--no-export", timeout=120)
+    assert_one_error_line(process, f"--cache-dir {tmp_path / 'cache'} lies inside --data-dir {tmp_path}")
+    assert os.listdir(tmp_path) == []
