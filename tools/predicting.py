@@ -58,7 +58,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True,
                         help="the export folder (RESULTS/export: its newest version is used), the results folder "
                              "that holds it, or one version folder (RESULTS/export/N)")
-    parser.add_argument("--input", required=True, help="an image file, or a folder of them (not recursive)")
+    parser.add_argument("--input", required=True,
+                        help="an image file, or a folder of them (its subfolders too; hidden ones left out)")
     parser.add_argument("--out", required=True, help="folder for the predictions (created if missing)")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="images per call of the model")
     parser.add_argument("--top-k", type=positive_int, default=3, help="classification: classes listed per image")

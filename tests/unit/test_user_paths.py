@@ -211,6 +211,11 @@ def test_srun_mpi_plugins_are_checked_when_given(mpi):
                     f"--mpi {mpi!r} is not an srun MPI plugin", "pmix, pmix_v2")
 
 
+def test_an_image_name_docker_would_refuse_is_one_line():
+    assert_one_error_line(run_invoke("run", "mnist-cnn", "--runtime", "docker", "--image", "my image", "--dry",
+                                     timeout=120), "image 'my image' contains whitespace")
+
+
 def test_tools_spawn_refuses_a_host_name_tf_config_cannot_hold():
     process = run_python("-m", "tools.spawn", "--nproc", "1", "--hosts", "node1:4", "--", "true", timeout=60)
     assert process.returncode == 2 and "--hosts: 'node1:4' is not a host name" in process.stderr, process.stderr
