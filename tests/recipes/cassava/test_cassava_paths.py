@@ -1,16 +1,21 @@
 """cassava-resnet's scripts with paths a careless user gives them: a TFDS folder that is a file, and a
 training cache inside the data, are refused in one line before anything is written."""
 import os
+import sys
+
+import pytest
 
 from error_checks import assert_one_error_line
-from helpers import run_python
+from helpers import recipe_module, run_python
 
 
-def test_download_refuses_a_data_dir_that_is_a_file(tmp_path):
+def test_download_refuses_a_data_dir_that_is_a_file(tmp_path, monkeypatch, capsys):
     data = tmp_path / "tensorflow_datasets"
     data.write_text("mine\n")
-    assert_one_error_line(run_python("recipes/cassava-resnet/download_cassava.py", "--data-dir", str(data),
-                                     timeout=120), f"--data-dir {data} is a file, not a folder")
+    monkeypatch.setattr(sys, "argv", ["download_cassava.py", "--data-dir", str(data)])
+    with pytest.raises(SystemExit) as stopped:
+        recipe_module("cassava-resnet", "download_cassava").main()
+    assert stopped.value.code == 2 and f"error: --data-dir {data} is a file, not a folder" in capsys.readouterr().err
     assert data.read_text() == "mine\n"
 
 
