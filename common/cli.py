@@ -139,13 +139,18 @@ def add_precision_flags(group) -> None:
                             f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
 
 
+# The output folders a recipe's train.py may have: every recipe's --results-dir, cassava-resnet's --cache-dir,
+# cityscapes-unet's --predict-dir.
+OUTPUT_FOLDERS = ("results_dir", "cache_dir", "predict_dir")
+
+
 def folder_flags_problem(args) -> str | None:
-    """One line when --data-dir, --results-dir or (cassava-resnet) --cache-dir names a file (or a FIFO, ...),
-    or when an output folder is, contains or lies inside --data-dir."""
+    """One line when --data-dir or an output folder (OUTPUT_FOLDERS) names a file (or a FIFO, ...), or when
+    an output folder is, contains or lies inside --data-dir."""
     data_dir = getattr(args, "data_dir", None)
+    outputs = {f"--{dest.replace('_', '-')}": getattr(args, dest, None) for dest in OUTPUT_FOLDERS}
     return (data_dir and user_paths.folder_problem("--data-dir", data_dir)) or user_paths.flags_problem(
-        {"--data-dir": data_dir}, {"--results-dir": getattr(args, "results_dir", None),
-                                   "--cache-dir": getattr(args, "cache_dir", None)})
+        {"--data-dir": data_dir}, outputs)
 
 
 class TrainingParser(argparse.ArgumentParser):

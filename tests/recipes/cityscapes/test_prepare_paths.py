@@ -129,3 +129,11 @@ def test_the_input_benchmark_keeps_its_work_and_report_off_the_data(release, cap
             benchmark_input.main(["--data-dir", str(release), *map(str, extra), "--rounds", "1"])
         assert stopped.value.code == 2 and needle in capsys.readouterr().err
     assert not (release / "work").exists() and not (release / "report.json").exists()
+
+
+def test_training_refuses_a_predict_dir_inside_the_data(release, tmp_path):
+    process = subprocess.run([sys.executable, "recipes/cityscapes-unet/train.py", "--data-dir", str(release),
+                              "--predict-dir", str(release / "predictions"), "--max-steps", "1"], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert_one_error_line(process, f"--predict-dir {release / 'predictions'} lies inside --data-dir {release}")
+    assert not (release / "predictions").exists()
