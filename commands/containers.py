@@ -123,9 +123,9 @@ def build_docker_build_command(dockerfile: str, context: str, tag: str, build_ar
     for key, value in labels.items():
         argv += ["--label", f"{_require_key('label', key)}={value}"]
     if ca_bundle:
-        if "," in ca_bundle:
-            raise ValueError(f"CA bundle path {ca_bundle!r} contains a comma, which `--secret` cannot take; "
-                             "copy or link the bundle to a path without one")
+        if any(c in ca_bundle for c in ',"\n\r'):  # `--secret` reads its value as CSV, like --mount
+            raise ValueError(f"--ca-bundle {ca_bundle!r} contains a comma, a double quote or a line break, which "
+                             "`docker build --secret` cannot take; copy or link the bundle to a path without them")
         argv += ["--secret", f"id={PIP_CERT_SECRET_ID},src={ca_bundle}"]
     argv.append(context)
     return argv, {"DOCKER_BUILDKIT": "1"}
@@ -214,9 +214,9 @@ def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: Gpu
     if network:
         argv += ["--network", network]
     if data_dir:
-        argv += ["--mount", _bind_mount("data_dir", data_dir, CONTAINER_DATA_DIR, readonly=True)]
+        argv += ["--mount", _bind_mount("--data-dir", data_dir, CONTAINER_DATA_DIR, readonly=True)]
     if results_dir:
-        argv += ["--mount", _bind_mount("results_dir", results_dir, CONTAINER_RESULTS_DIR, readonly=False)]
+        argv += ["--mount", _bind_mount("--results-dir", results_dir, CONTAINER_RESULTS_DIR, readonly=False)]
     for key, value in env.items():
         argv += ["-e", f"{_require_key('environment variable', key)}={value}"]
     argv.append(image)
@@ -274,6 +274,9 @@ def build_sif_from_image_commands(image: str, sif: str, tarball: str, *, compres
     with Docker; the SIF is then copied to the cluster). The caller deletes the tarball afterwards."""
     if not tarball.endswith(".tar"):
         raise ValueError(f"tarball {tarball!r} must end in .tar")
+    if ":" in tarball:  # docker-archive:PATH[:REFERENCE] ends the path at its first colon
+        raise ValueError(f"tarball {tarball!r} contains ':', which Apptainer's docker-archive: source cannot hold; "
+                         "set sif_dir (invoke.yaml) to a folder whose path has none")
     return [build_docker_save_command(image, tarball, docker=docker),
             build_apptainer_build_command(sif, tarball, apptainer=apptainer, compression=compression)]
 
@@ -342,9 +345,9 @@ def build_apptainer_exec_command(sif: str, inner_argv: Sequence[str], *, gpus: G
     if kind != "none":
         argv.append("--nv")
     if data_dir:
-        argv += ["--bind", f"{_host_path('data_dir', data_dir)}:{CONTAINER_DATA_DIR}:ro"]
+        argv += ["--bind", f"{_host_path('--data-dir', data_dir)}:{CONTAINER_DATA_DIR}:ro"]
     if results_dir:
-        argv += ["--bind", f"{_host_path('results_dir', results_dir)}:{CONTAINER_RESULTS_DIR}"]
+        argv += ["--bind", f"{_host_path('--results-dir', results_dir)}:{CONTAINER_RESULTS_DIR}"]
     visible = {"count": lambda n: list(range(n)), "devices": list}.get(kind)
     if visible is not None:
         argv += ["--env", "CUDA_VISIBLE_DEVICES=" + ",".join(str(d) for d in visible(value))]
@@ -389,12 +392,27 @@ def _bind_mount(what: str, host_path: str, target: str, *, readonly: bool) -> st
     return spec + ",readonly" if readonly else spec
 
 
+# What a host path in `docker run --mount` (comma-separated fields, read as CSV: a '"' opens a quoted
+# field), `apptainer --bind SRC:DST:OPTS` and Pyxis' `--container-mounts SRC:DST,...` cannot hold.
+MOUNT_SEPARATORS = (",", ":", '"', "\n", "\r")
+
+
+def mount_path_problem(flag: str, path: str) -> str | None:
+    """One line when `path` cannot be the source of a bind mount as it stands, else None."""
+    bad = sorted({repr(c)[1:-1] for c in path if c in MOUNT_SEPARATORS})
+    if bad:
+        return (f"{flag} {path!r} contains {' and '.join(bad)}, which a bind mount's source cannot hold (Docker's "
+                "--mount, Apptainer's --bind and Pyxis' --container-mounts split on them); use a path, or a "
+                "symbolic link to it, without them")
+    return None
+
+
 def _host_path(what: str, path: str) -> str:
     if not posixpath.isabs(path):
         raise ValueError(f"{what} {path!r} is relative; bind mounts need an absolute path (resolve it first)")
-    if "," in path or ":" in path:
-        raise ValueError(f"{what} {path!r} contains ',' or ':', which mount options cannot take; "
-                         "use a path (or a symlink) without them")
+    problem = mount_path_problem(what, path)
+    if problem:
+        raise ValueError(problem)
     return path
 
 

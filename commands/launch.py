@@ -95,6 +95,9 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     hosts = list(hosts)
     if len(hosts) > 1 and not launcher_trait(launcher, "multi_node"):
         raise LaunchError(f"--launcher {launcher} runs on one node; with --hosts use multiworker or horovod")
+    for host in hosts:
+        if contract.host_name_problem(host):
+            raise LaunchError(f"--hosts: {contract.host_name_problem(host)}")
     if hosts and not 0 <= node_index < len(hosts):
         raise LaunchError(f"--node-index {node_index} is not a position in --hosts {','.join(hosts)}")
     if hostfile and (peers_from != "mpi" or hosts or hostfile_nodes < 1):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from commands.containers import mount_path_problem
 from commands.launch import LaunchError, ShellWord, build_train_command, check_choice, shell_join
 from common import contract
 from common.contract import EXIT_STOPPED, LAUNCHERS, PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_MODULE, launcher_trait
@@ -35,7 +36,9 @@ _TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE|infini
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # job, account and partition names
 _NAMES = re.compile(rf"{_NAME.pattern}(,{_NAME.pattern})*")  # --partition takes a list
 DEFAULT_MPI = "pmix"
-_MPI = re.compile(r"[a-z][a-z0-9_]*")  # srun --mpi plugin names: pmix, pmix_v4, pmi2, cray_shasta
+# srun --mpi plugin names (Slurm 22.05 to 24.11, `srun --mpi=list`), less "none", which starts no MPI ranks:
+# pmix is the newest PMIx plugin built, pmix_vN a given PMIx major version, pmi2 for MPI libraries without PMIx.
+MPI_PLUGINS = ("pmix", "pmix_v2", "pmix_v3", "pmix_v4", "pmix_v5", "pmi2", "cray_shasta")
 
 
 def check_sbatch_fields(*, time: str, job_name: str, partition: str | None, account: str | None,
@@ -58,9 +61,9 @@ def check_sbatch_fields(*, time: str, job_name: str, partition: str | None, acco
 def _check_request(launcher: str, *, nodes: int, gpus_per_node: int, sif: str | None,
                    container_image: str | None, data_dir: str | None, mpi: str) -> None:
     check_choice("launcher", launcher, LAUNCHERS)
-    if not _MPI.fullmatch(mpi or "") or mpi == "none":
-        raise LaunchError(f"--mpi {mpi!r} is not an srun MPI plugin; use pmix (the default) or another name "
-                          "`srun --mpi=list` prints, such as pmi2")
+    if mpi not in MPI_PLUGINS:
+        raise LaunchError(f"--mpi {mpi!r} is not an srun MPI plugin that starts MPI ranks; choose one of: "
+                          f"{', '.join(MPI_PLUGINS)} (`srun --mpi=list` prints those your cluster has)")
     if nodes < 1 or gpus_per_node < 0:
         raise LaunchError(f"--nodes {nodes} / --gpus-per-node {gpus_per_node}: need nodes >= 1, gpus >= 0")
     if not launcher_trait(launcher, "multi_node") and nodes != 1:
@@ -69,8 +72,8 @@ def _check_request(launcher: str, *, nodes: int, gpus_per_node: int, sif: str | 
         raise LaunchError("give --sif (Apptainer) or --container-image (Pyxis), not both")
     if container_image and any(c.isspace() or c == "," for c in container_image):
         raise LaunchError(f"--container-image {container_image!r} must not contain spaces or commas")
-    if data_dir and container_image and ("," in data_dir or ":" in data_dir):
-        raise LaunchError(f"--data-dir {data_dir!r} contains ',' or ':', which --container-mounts cannot take")
+    if data_dir and (sif or container_image) and mount_path_problem("--data-dir", data_dir):
+        raise LaunchError(mount_path_problem("--data-dir", data_dir))
 
 
 def _directives(launcher: str, *, job_name: str, nodes: int, gpus_per_node: int, tasks_per_node: int | None,

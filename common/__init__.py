@@ -12,6 +12,8 @@ between launchers lives here, so the recipes stay plain.
 - `test_hooks`: the faults a test asks for and the download host; a normal run sets none;
 - `data`: sharding and the global order of examples, the same under every launcher;
 - `image_folder`: `--data-format image-folder`, a folder of class-named subfolders of photos;
+- `user_paths`: the paths a user hands a run: a folder's regular files (anything else named, never
+  opened), a folder flag given a file, an output on an input; imports no project module;
 - `atomic`: writes that survive a crash (temporary file, fsync, rename, fsync of the folder);
   imports no project module;
 - `results`: throughput, versions, the desync guard and results.json;

@@ -10,7 +10,7 @@ import math
 import os
 import sys
 
-from common import contract, test_hooks
+from common import contract, test_hooks, user_paths
 from common.contract import COLLECTIVES, LAUNCHERS
 from common.stopping import peer_error_summary
 
@@ -139,13 +139,29 @@ def add_precision_flags(group) -> None:
                             f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
 
 
+# The output folders a recipe's train.py may have: every recipe's --results-dir, cassava-resnet's --cache-dir,
+# cityscapes-unet's --predict-dir.
+OUTPUT_FOLDERS = ("results_dir", "cache_dir", "predict_dir")
+
+
+def folder_flags_problem(args) -> str | None:
+    """One line when --data-dir or an output folder (OUTPUT_FOLDERS) names a file (or a FIFO, ...), or when
+    an output folder is, contains or lies inside --data-dir."""
+    data_dir = getattr(args, "data_dir", None)
+    outputs = {f"--{dest.replace('_', '-')}": getattr(args, dest, None) for dest in OUTPUT_FOLDERS}
+    return (data_dir and user_paths.folder_problem("--data-dir", data_dir)) or user_paths.flags_problem(
+        {"--data-dir": data_dir}, outputs)
+
+
 class TrainingParser(argparse.ArgumentParser):
     """argparse's parser that also hands the test hooks of every command line it parses (the --fault-*
-    flags) to common.test_hooks, where the training loop finds them; a recipe never passes them on."""
+    flags) to common.test_hooks, where the training loop finds them; a recipe never passes them on. It
+    refuses, in one line with exit status 2, folder flags that name a file or put an output on the data."""
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         test_hooks.record(namespace)
+        user_paths.exit_if(folder_flags_problem(namespace))
         return namespace, extras
 
 

@@ -159,6 +159,16 @@ EXPORT_CLASSES_FILE = "classes.json"  # segmentation: [{"id", "name", "colour": 
 PREDICTIONS_FILE = "predictions.csv"  # what a classification predict.py writes in --out
 
 
+def host_name_problem(host: str) -> str | None:
+    """Why `host` cannot be one of --hosts, or None if it can: it becomes `HOST:SLOTS` for horovodrun -H
+    and `HOST:PORT` in TF_CONFIG, so it is a host name or an IPv4 address (letters, digits, '.', '-', '_')."""
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+    if not host or not set(host) <= allowed or host[0] in ".-" or host[-1] in ".-":
+        return (f"{host!r} is not a host name or IPv4 address (letters, digits, '.', '-' and '_'); give "
+                "comma-separated names such as node1,node2")
+    return None
+
+
 def class_name_problem(name) -> str | None:
     """Why `name` cannot be a class name, or None if it can. Each class name is one line of
     EXPORT_LABELS_FILE, which predict.py splits into lines: a line break (any that str.splitlines

@@ -5,9 +5,11 @@ lists of files and labels for the classification recipes (`--data-format image-f
     DIR/CLASS/...  with --val-fraction F                           one folder, split here
 
 Class names are the subfolder names, sorted; label i is the i-th name. Files are listed in sorted
-order, so every process of a job (and every launcher) sees the same list; the split of one folder
-is drawn from --seed, the same in every process. Only lists are built here: decoding is the
-recipe's (cassava-resnet caches it, mnist-cnn converts to 28x28 grayscale in memory).
+order (common.user_paths: regular files and links to them; anything else with a photo's suffix, such
+as a FIFO or a dangling link, is named in a DataError), so every process of a job (and every launcher)
+sees the same list; the split of one folder is drawn from --seed, the same in every process. Only
+lists are built here: decoding is the recipe's (cassava-resnet caches it, mnist-cnn converts to 28x28
+grayscale in memory).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common import user_paths
 from common.contract import class_name_problem
 from common.data import DataError
 
@@ -55,7 +58,11 @@ def _classes(folder: str) -> dict[str, list[str]]:
             raise DataError(f"class folder {name!r} in {folder}: the name {class_name_problem(name)}, and each "
                             "class name is one line of the export's labels.txt; rename the folder")
         # Distributed: sorted, so every process lists the same files
-        files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(IMAGE_SUFFIXES))
+        listing = user_paths.list_files(path, suffixes=IMAGE_SUFFIXES)
+        for other, what in listing.others[:1]:  # never opened: a FIFO would block the run
+            raise DataError(f"{user_paths.not_a_file(other, what)}, in class {name!r} of {folder}; "
+                            "replace it with the photo itself or remove it")
+        files = listing.files
         if not files:
             raise DataError(f"class {name!r} in {folder} holds no .jpg, .jpeg or .png file; "
                             "add its photos or remove the folder")

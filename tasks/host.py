@@ -14,7 +14,7 @@ import sys
 from invoke import Exit
 
 from commands import launch
-from common import atomic, contract, stopping
+from common import atomic, contract, stopping, user_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Defaults of the `tf_recipes` configuration; invoke.yaml or INVOKE_TF_RECIPES_* override them, for
@@ -181,8 +181,10 @@ def ca_bundle_from(explicit: str | None) -> str | None:
     for candidate in (explicit, os.environ.get("SSL_CERT_FILE"), os.environ.get("REQUESTS_CA_BUNDLE"),
                       os.environ.get("PIP_CERT")):
         if candidate:
-            if not os.path.isfile(candidate):
-                fail(f"CA bundle {candidate} does not exist; pass --ca-bundle PATH or unset the variable")
+            what = user_paths.what_is(candidate)  # never opened here: docker build would wait on a FIFO
+            if what != user_paths.FILE:
+                fail(f"CA bundle {candidate} {'does not exist' if what == user_paths.MISSING else 'is ' + what}; "
+                     "pass --ca-bundle PATH of a file or unset the variable")
             return os.path.abspath(candidate)
     return None
 
@@ -236,11 +238,16 @@ def write_atomically(path: str, text: str) -> None:
     atomic.write_atomically(path, text)
 
 
-def write_or_print(text: str, out: str | None, dry: bool, next_step: str) -> None:
-    """A rendered file: written to `out` (unless dry), else printed."""
+def write_or_print(text: str, out: str | None, dry: bool, next_step: str, flag: str = "--out") -> None:
+    """A rendered file: written to `out` (unless dry; its folder made if missing, the file whole or not at
+    all), else printed. `out` must be a file or nothing yet: a folder, a FIFO (whose open would wait for a
+    reader) or a device is refused in one line."""
+    what = user_paths.what_is(out) if out else user_paths.MISSING
+    if out and what not in (user_paths.FILE, user_paths.MISSING):
+        fail(f"{flag} {out} is {what}, not a file; give the path of the file to write")
     if out and not dry:
-        with open(out, "w") as handle:
-            handle.write(text)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        write_atomically(out, text)
         print(f"wrote {out}; {next_step}")
     else:
         print(text, end="")

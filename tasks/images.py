@@ -54,7 +54,7 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
         sif = host.sif_path(c, recipe, base, stack)
         source = sif.removesuffix(".sif") + ".def"
         host.write_or_print(containers.render_apptainer_definition(base_image, recipe, stack), source, dry,
-                            "building the image from it")
+                            "building the image from it", flag="the definition file")
         if not dry:
             os.makedirs(cfg["sif_dir"], exist_ok=True)
         code = host.execute(containers.build_apptainer_build_command(
@@ -63,10 +63,16 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
             raise Exit(f"building {sif} failed with status {code}", code=code)
         return
     docker = host.docker_client(c)
-    argv, env = containers.build_docker_build_command(
-        f"recipes/{recipe}/Dockerfile", ".", tag,
-        build_args={"BASE_IMAGE": base_image, "STACK": stack, "GIT_REVISION": host.git_revision()},
-        labels={}, ca_bundle=host.ca_bundle_from(ca_bundle), docker=docker)
+    try:
+        if runtime == "apptainer":  # the SIF's commands, checked before the image is built
+            sif = os.path.join(host.ROOT, host.sif_path(c, recipe, base, stack))
+            containers.build_sif_from_image_commands(tag, sif, os.path.join(os.path.dirname(sif), "image.tar"))
+        argv, env = containers.build_docker_build_command(
+            f"recipes/{recipe}/Dockerfile", ".", tag,
+            build_args={"BASE_IMAGE": base_image, "STACK": stack, "GIT_REVISION": host.git_revision()},
+            labels={}, ca_bundle=host.ca_bundle_from(ca_bundle), docker=docker)
+    except ValueError as error:  # a value `docker build` cannot take, such as a CA bundle path with a comma
+        host.fail(str(error))
     code = host.execute(argv, env, dry)
     if code:
         raise Exit(f"building {tag} failed with status {code}", code=code)
@@ -246,10 +252,13 @@ def cpu(c, stack=contract.DEFAULT_STACK, base="debian", ca_bundle=None, dry=Fals
         host.fail(str(error))
     cfg = host.settings(c)
     tag = host.base_image(c, stack, "cpu")
-    argv, env = containers.build_docker_build_command(
-        CPU_DOCKERFILES[stack], ".", tag,
-        build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None},
-        labels={"org.opencontainers.image.revision": host.git_revision(), "org.tf-recipes.stack": stack},
-        ca_bundle=host.ca_bundle_from(ca_bundle), docker=host.docker_client(c))
+    try:
+        argv, env = containers.build_docker_build_command(
+            CPU_DOCKERFILES[stack], ".", tag,
+            build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None},
+            labels={"org.opencontainers.image.revision": host.git_revision(), "org.tf-recipes.stack": stack},
+            ca_bundle=host.ca_bundle_from(ca_bundle), docker=host.docker_client(c))
+    except ValueError as error:
+        host.fail(str(error))
     if host.execute(argv, env, dry):
         raise Exit(f"building {tag} failed", code=1)

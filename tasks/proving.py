@@ -10,6 +10,7 @@ import sys
 from invoke import Exit, task
 
 from commands import launch
+from common import user_paths
 from common.contract import LAUNCHERS
 from tasks import host
 
@@ -44,6 +45,9 @@ def bench(c, recipe, replicas=None, launchers=EVERY_LAUNCHER, rounds="3", gpus="
         rounds = launch.parse_count("--rounds", rounds)
         train_args = plan.train_args_for(recipe, shlex.split(c.remainder or ""))
         out = os.path.abspath(out or os.path.join(host.ROOT, "results", "bench", f"{recipe}-{host.stamp()}"))
+        problem = user_paths.flags_problem({}, {"--out": out})
+        if problem:
+            host.fail(problem)
         runs = plan.plan_runs(recipe, plan.parse_launchers(launchers), counts, rounds, train_args,
                               os.path.join(out, "runs"), gpus=gpus, python=sys.executable,
                               horovodrun=host.local_horovodrun())
@@ -88,12 +92,17 @@ def nightly(c, tier="smoke", only=None, history=None, out=None, matrix="ci/night
     """Build the images, run every cell of a tier and the README commands, check them, write the report."""
     from ci.nightly import matrix as matrix_file, report, runner
 
+    out = os.path.abspath(out or os.path.join(host.ROOT, "results", "nightly", tier))
+    problem = (user_paths.file_problem("--matrix", os.path.join(host.ROOT, matrix))
+               or (history and user_paths.folder_problem("--history", history))
+               or user_paths.flags_problem({"--history": history}, {"--out": out}))
+    if problem:  # the matrix and the history are read, never opened unless files: a FIFO would block the night
+        host.fail(problem)
     try:
         loaded = matrix_file.load_matrix(os.path.join(host.ROOT, matrix))
         if table:
             print(report.render_matrix_table(loaded), end="")
             return
-        out = os.path.abspath(out or os.path.join(host.ROOT, "results", "nightly", tier))
         docker = host.docker_client(c)
         images = {**{key: host.settings(c)[key] for key in ("ngc_base", "cpu_base", "debian_base")},
                   "current_gpu_base": host.base_image(c, "current", "gpu"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from invoke import Exit, task
 
 from commands import containers, launch
-from common import contract, stopping
+from common import contract, stopping, user_paths
 from tasks import host
 
 RUNTIMES = ("auto", *contract.RUNTIMES)
@@ -45,6 +45,13 @@ def _check_request(runtime, base, gpus, launcher, host_list, train_args, data_di
         host.fail("horovod across hosts starts its ranks over ssh, and invoke run starts no sshd with a shared key "
                   "in the other hosts' containers; use --launcher multiworker with --hosts, SLURM (`invoke sbatch`), "
                   "Kubernetes (`invoke k8s RECIPE --kind mpijob`, which sets that up) or --runtime local")
+
+
+def _check_results_dir(results_dir: str, data_dir: str | None) -> None:
+    """--results-dir must be a folder (or nothing yet), and neither the data folder, nor in it, nor around it."""
+    problem = user_paths.flags_problem({"--data-dir": data_dir}, {"--results-dir": results_dir})
+    if problem:
+        host.fail(problem)
 
 
 def _stack(stack: str, runtime: str, launcher: str) -> str:
@@ -129,10 +136,12 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
         base = base or ("cpu" if gpus == 0 else contract.STACK_BASES[stack][0])
         if runtime != "local":
             host.check_stack(stack, base)
+        given_results_dir = results_dir
         results_dir = os.path.abspath(results_dir or os.path.join(host.ROOT, launch.run_dir_name(
             recipe, f"{task_name}-{launcher}" if module else launcher, host.stamp())))
         host_list = [name for name in (hosts or "").split(",") if name]
         _check_request(runtime, base, gpus, launcher, host_list, train_args, data_dir, nsys, dry)
+        _check_results_dir(given_results_dir or results_dir, data_dir)
         data_dir = os.path.abspath(data_dir) if data_dir else None
         inside = runtime != "local"
         train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
@@ -147,11 +156,11 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
                                    python=sys.executable if runtime == "local" else "python",
                                    horovodrun=host.local_horovodrun() if runtime == "local" else "horovodrun",
                                    module=module)
-    except launch.LaunchError as error:
+        argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, stack=stack, base=base, image=image,
+                                gpus=gpus, data_dir=data_dir, results_dir=results_dir, nsys=nsys,
+                                multi_host=len(host_list) > 1, docker=docker, dry=dry)
+    except ValueError as error:  # a LaunchError, or a value a container builder cannot put into its syntax
         host.fail(str(error))
-    argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, stack=stack, base=base, image=image, gpus=gpus,
-                            data_dir=data_dir, results_dir=results_dir, nsys=nsys, multi_host=len(host_list) > 1,
-                            docker=docker, dry=dry)
     return Job(argv, env, results_dir, launcher, runtime)
 
 

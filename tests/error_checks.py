@@ -17,8 +17,9 @@ def without_tf_log(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not TF_LOG_LINE.match(line))
 
 
-def assert_one_line_error(process, results_dir, *needles, foreign=None):
-    """Returns the error line after checking the exit status, stderr and the results folder.
+def assert_one_error_line(process, *needles, foreign=None) -> str:
+    """Returns the error line after checking the exit status (2), that there is no traceback, and that
+    stderr holds one `error:` line (TensorFlow's log aside) with every needle in it.
     `foreign`: a regex for other lines a C library writes to stderr itself (libjpeg's warnings)."""
     assert process.returncode == 2, (
         f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-3000:]}\n"
@@ -29,8 +30,15 @@ def assert_one_line_error(process, results_dir, *needles, foreign=None):
     assert len(ours) == 1 and ours[0].startswith("error: "), process.stderr[-6000:]
     for needle in needles:
         assert str(needle) in ours[0], f"{needle!r} not in: {ours[0]}"
+    return ours[0]
+
+
+def assert_one_line_error(process, results_dir, *needles, foreign=None):
+    """Returns the error line after checking the exit status, stderr (assert_one_error_line) and the results
+    folder."""
+    line = assert_one_error_line(process, *needles, foreign=foreign)
     # TensorBoard curves of the steps that did train are a log, like stdout; anything else is not.
     left = [os.path.join(folder, name) for folder, _, files in os.walk(results_dir) for name in files
             if "tensorboard" not in os.path.relpath(folder, results_dir).split(os.sep)]
     assert not left, f"written despite the error: {left}"
-    return ours[0]
+    return line

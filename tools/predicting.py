@@ -16,16 +16,18 @@ the files' bytes in batches to the serving_default signature:
 The version used is also printed, with its folder, before the first prediction.
 
 Output never lands on input. Before anything is written (and before the model is loaded) the run is
-refused with one line, exit 2, when --out and --input overlap (symlinks resolved, each input file
-included), when two inputs would be written to the same output (segmentation: a.jpg and a.png are both
-OUT/a.png), or when --out already holds files that no predict run wrote: a run leaves PREDICT_MARKER in
---out, and only a folder that is missing, empty or holds that marker is written to.
+refused with one line, exit 2, when --out is, contains or lies inside --input or the model's folder
+(symlinks resolved, each input file included), when --out is a file, when two inputs would be written
+to the same output (segmentation: a.jpg and a.png are both OUT/a.png), or when --out already holds files
+that no predict run wrote: a run leaves PREDICT_MARKER in --out, and only a folder that is missing,
+empty or holds that marker is written to.
 
 Every file is written to a temporary name and renamed. predictions.csv is built as
 predictions.csv.partial, its rows appended and flushed as each batch finishes, and renamed at the end:
 a run stopped by an unexpected error keeps the rows done so far there. A file that cannot be read
-(permissions, a broken symlink, an empty file, bytes TensorFlow cannot decode) is named on one line of
-stderr and skipped; at the end the run exits 2 and says how many were skipped.
+(permissions, a broken symlink, an empty file, bytes TensorFlow cannot decode) and an entry of --input
+that is no regular file (a FIFO, a socket, a device: never opened) is named on one line of stderr and
+skipped; at the end the run exits 2 and says how many were skipped.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ import json
 import os
 import sys
 
+from common import user_paths
 from common.atomic import write_atomically
 from common.cli import positive_int
 from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
@@ -55,7 +58,8 @@ def parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True,
                         help="the export folder (RESULTS/export: its newest version is used), the results folder "
                              "that holds it, or one version folder (RESULTS/export/N)")
-    parser.add_argument("--input", required=True, help="an image file, or a folder of them (not recursive)")
+    parser.add_argument("--input", required=True,
+                        help="an image file, or a folder of them (its subfolders too; hidden ones left out)")
     parser.add_argument("--out", required=True, help="folder for the predictions (created if missing)")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="images per call of the model")
     parser.add_argument("--top-k", type=positive_int, default=3, help="classification: classes listed per image")
@@ -82,6 +86,14 @@ def find_export(path: str) -> tuple[str, str]:
                        "finished without --no-export, or at one of its version folders")
 
 
+def model_base(path: str) -> str:
+    """The folder find_export reads the model from (a version folder, or the model base that holds the
+    versions), found without loading TensorFlow: what --out must stay out of."""
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    return os.path.join(path, EXPORT_DIR) if os.path.isdir(os.path.join(path, EXPORT_DIR)) else path
+
+
 def extra_file(folder: str, name: str) -> str:
     """assets.extra/NAME of the version folder `folder`, which the export writes beside the SavedModel."""
     from common import export
@@ -95,23 +107,20 @@ def extra_file(folder: str, name: str) -> str:
     return path
 
 
-def list_inputs(path: str) -> list[str]:
-    if os.path.isfile(path):
-        return [path]
-    if not os.path.isdir(path):
-        raise PredictError(f"--input {path}: no such file or folder")
-    files = []  # the folder and its subfolders (a val/ folder of classes, say), hidden ones left out
-    for folder, subfolders, names in os.walk(path):
-        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
-        files += [os.path.join(folder, name) for name in names if not name.startswith(".")]
-    files.sort()
-    if not files:
+def list_inputs(path: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The regular files of --input (itself, or the folder's and its subfolders', hidden ones left out),
+    and its other entries with what each is (a FIFO, a socket, a dangling link: named and skipped, never
+    opened)."""
+    what = user_paths.what_is(path)
+    if what == user_paths.FILE:
+        return [path], []
+    if what != user_paths.FOLDER:
+        raise PredictError(f"--input {path}: {'no such file or folder' if what == user_paths.MISSING else what}; "
+                           "give an image file or a folder of them")
+    listing = user_paths.list_files(path, recursive=True, hidden=False)  # a val/ folder of classes, say
+    if not listing.files and not listing.others:
         raise PredictError(f"--input {path}: the folder holds no files")
-    return files
-
-
-def inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+    return listing.files, listing.others
 
 
 def output_stem(args, path: str) -> str:
@@ -122,16 +131,17 @@ def output_stem(args, path: str) -> str:
 
 def check_paths(args, files: list[str], task: str) -> None:
     """Refuse, before anything is written, a run whose outputs could land on its inputs or on other files."""
-    out, given = os.path.realpath(args.out), os.path.realpath(args.input)
-    if inside(out, given) or inside(given, out):
-        raise PredictError(f"--out {args.out} and --input {args.input} overlap ({out} and {given}): the predictions "
-                           "would be written among the inputs; choose an --out outside --input")
+    out = os.path.realpath(args.out)
+    problem = user_paths.output_problem("--out", args.out, {"--input": args.input, "--model": model_base(args.model)})
+    if problem:
+        raise PredictError(problem)
     for path in files:
-        if inside(os.path.realpath(path), out):
+        if user_paths.inside(os.path.realpath(path), out):
             raise PredictError(f"--input file {path} is inside --out {args.out} (as {os.path.realpath(path)}): "
                                "choose an --out outside the inputs")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise PredictError(f"--out {args.out} is a file, not a folder")
+    problem = user_paths.folder_problem("--out", args.out)
+    if problem:
+        raise PredictError(problem)
     if os.path.isdir(args.out):
         present = sorted(os.listdir(args.out))
         if present and PREDICT_MARKER not in present:
@@ -255,7 +265,7 @@ def write_segmentation(model: Export, path: str, blob: bytes, class_ids, out: st
 def run(args, task: str) -> None:
     if args.batch_size < 1 or args.top_k < 1:
         raise PredictError("--batch-size and --top-k must be at least 1")
-    files = list_inputs(args.input)
+    files, others = list_inputs(args.input)
     check_paths(args, files, task)
     model = Export(args.model)
     if model.info["task"] != task:
@@ -266,6 +276,8 @@ def run(args, task: str) -> None:
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
         handle.write("written by tools/predicting.py: a later predict run may write here again\n")
     unreadable, table, done = [], None, 0
+    for path, what in others:
+        skip(path, f"{what}, not a regular file", unreadable)
     final = os.path.join(args.out, PREDICTIONS_FILE)
     partial = final + PARTIAL_SUFFIX
     try:
@@ -293,9 +305,10 @@ def run(args, task: str) -> None:
             print(f"predict: stopped; the predictions of the {done} files done are in {partial}",
                   file=sys.stderr, flush=True)
         raise
-    print(f"predictions: {args.out} ({len(files) - len(unreadable)} of {len(files)} files)", flush=True)
+    total = len(files) + len(others)
+    print(f"predictions: {args.out} ({total - len(unreadable)} of {total} files)", flush=True)
     if unreadable:
-        raise PredictError(f"{len(unreadable)} of {len(files)} input files could not be read (named above); "
+        raise PredictError(f"{len(unreadable)} of {total} input files could not be read (named above); "
                            f"the predictions of the others are in {args.out}")
 
 

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from common import contract
+from common import contract, user_paths
 from common.atomic import write_atomically
 from common.cli import at_least, positive_int
 
@@ -401,6 +401,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--sizes: {error}")
     if not args.sizes:
         parser.error("--sizes: give at least one message size, such as 4K,64K")
+    user_paths.exit_if(user_paths.folder_problem("--results-dir", args.results_dir))
     return args
 
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from common.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV
+from common.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV, host_name_problem
 from common.stopping import forwarding_stop_signals
 from common.tf_config import build_tf_config
 
@@ -63,6 +63,15 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def parse_hosts(parser, text: str) -> list[str]:
+    """--hosts as a list, or argparse's error naming a host that TF_CONFIG's HOST:PORT cannot hold."""
+    hosts = [host for host in text.split(",") if host]
+    for host in hosts:
+        if host_name_problem(host):
+            parser.error(f"--hosts: {host_name_problem(host)}")
+    return hosts
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nproc", type=int, required=True, help="worker processes to start")
@@ -79,7 +88,7 @@ def main(argv=None) -> int:
         parser.error("give the worker command after --, e.g. -- python train.py --launcher multiworker")
     if args.nproc < 1:
         parser.error(f"--nproc {args.nproc} must be at least 1")
-    hosts = [host for host in args.hosts.split(",") if host]
+    hosts = parse_hosts(parser, args.hosts)
     if not 0 <= args.node_index < len(hosts):
         parser.error(f"--node-index {args.node_index} is not a position in --hosts {args.hosts}")
     if len(hosts) > 1 and args.port_base is None:

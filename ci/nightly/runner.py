@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import glob
 import json
 import os
 import re
@@ -22,6 +21,7 @@ import uuid
 
 from ci.nightly import matrix as nightly
 from ci.nightly import report as nightly_report
+from common import user_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INVOKE = (sys.executable, "-m", "invoke")
@@ -389,7 +389,10 @@ def run_readme(command, out: str, index: int) -> dict:
 
 def read_history(folder: str | None) -> list[dict]:
     nights = []
-    for path in sorted(glob.glob(os.path.join(folder, "*.json"))) if folder else []:
+    listing = user_paths.list_files(folder, suffixes=(".json",), hidden=False) if folder else user_paths.Listing()
+    for path, what in listing.others:  # never opened: a FIFO would block the night
+        say(f"warning: {user_paths.not_a_file(path, what)}; left out of the history")
+    for path in listing.files:
         try:
             with open(path) as handle:
                 night = json.load(handle)

@@ -46,6 +46,7 @@ import tensorflow as tf  # noqa: E402
 
 import generated_cassava  # noqa: E402
 import input_pipeline  # noqa: E402
+from common import user_paths  # noqa: E402
 from common.data import InputShard, steps_per_epoch  # noqa: E402
 from tools.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
 from common.results import throughput, versions, write_json  # noqa: E402
@@ -259,6 +260,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if min(args.epochs, args.rounds, args.batch_size) < 1:
         parser.error("--epochs, --rounds and --batch-size must be at least 1")
+    user_paths.exit_if((args.data_dir and user_paths.folder_problem("--data-dir", args.data_dir))
+                       or user_paths.flags_problem({"--data-dir": args.data_dir}, {"--work-dir": args.work_dir},
+                                                   {"--json": args.json}))
     os.makedirs(args.work_dir, exist_ok=True)
     if args.child:
         print(json.dumps(child(args)))

@@ -13,6 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
+from common import user_paths  # noqa: E402
 from common.data import DataError  # noqa: E402
 from input_pipeline import cassava_builder  # noqa: E402
 
@@ -21,6 +22,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="TFDS data dir to prepare cassava in")
     args = parser.parse_args()
+    user_paths.exit_if(user_paths.folder_problem("--data-dir", args.data_dir))
     os.makedirs(args.data_dir, exist_ok=True)
     try:
         builder = cassava_builder(args.data_dir)

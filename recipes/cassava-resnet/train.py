@@ -23,7 +23,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from common import cli, image_folder  # noqa: E402
+from common import cli, image_folder, user_paths  # noqa: E402
 
 RECIPE = "cassava-resnet"
 
@@ -139,8 +139,10 @@ def check_weights(weights):
                 f"to download them. Download {IMAGENET_URL} on a machine with internet and pass "
                 "--weights PATH/TO/FILE.h5 (or copy it to that folder), or train from scratch with --weights none")
         return "imagenet"
-    if not os.path.isfile(weights):
-        raise WeightsError(f"--weights {weights}: no such file; give imagenet, none, or the path of a weights "
+    what = user_paths.what_is(weights)  # never opened unless a file: h5py would wait on a FIFO
+    if what != user_paths.FILE:
+        found = "no such file" if what == user_paths.MISSING else f"{what}, not a file"
+        raise WeightsError(f"--weights {weights}: {found}; give imagenet, none, or the path of a weights "
                            f"file (the Keras {IMAGENET_NOTOP}, or final.weights.h5 from a run of this recipe)")
     try:  # a truncated or damaged file fails here, in milliseconds, not after the data is cached
         with h5py.File(weights, "r"):

@@ -43,6 +43,7 @@ import labels  # noqa: E402
 import layout  # noqa: E402
 import make_fixture  # noqa: E402
 import prepare_data  # noqa: E402
+from common import user_paths  # noqa: E402
 from common.atomic import replace_durably  # noqa: E402
 from common.data import InputShard, sharded_order  # noqa: E402
 from tools.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
@@ -427,6 +428,9 @@ def main(argv=None) -> int:
         size = layout.parse_size(args.size)
     except ValueError as error:
         parser.error(f"--size: {error}")
+    user_paths.exit_if((args.data_dir and user_paths.folder_problem("--data-dir", args.data_dir))
+                       or user_paths.flags_problem({"--data-dir": args.data_dir}, {"--work-dir": args.work_dir},
+                                                   {"--json": args.json}))
     if not args.data_dir and args.pairs < 4 * args.batch:
         parser.error(f"--pairs {args.pairs}: use at least {4 * args.batch} so each worker gets two batches")
     with tempfile.TemporaryDirectory(prefix="cityscapes-bench-") as temporary:

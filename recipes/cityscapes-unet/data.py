@@ -23,6 +23,7 @@ import struct
 import numpy as np
 import tensorflow as tf
 
+from common import user_paths
 from common.contract import class_name_problem
 from common.data import DataError, InputShard, error_reason, global_order, pipeline_positions
 
@@ -45,6 +46,9 @@ _INDEXES: dict = {}  # (data dir, split) -> checked index: every process checks 
 def _file_problem(path: pathlib.Path, height: int, width: int, colour_type: int, size) -> str | None:
     """Why a prepared file is not what the index promises, from its size and PNG header (the
     first 33 bytes, not the pixels); None when it matches."""
+    what = user_paths.what_is(path)  # checked, not opened: a FIFO in its place would block every process
+    if what != user_paths.FILE:
+        return "is missing" if what == user_paths.MISSING else f"is {what}, not a regular file"
     try:
         with open(path, "rb") as handle:
             actual = os.fstat(handle.fileno()).st_size

@@ -141,6 +141,8 @@ def main(argv=None) -> int:
     if args.train < 0 or args.val < 0 or args.train + args.val == 0:
         parser.error("--train and --val must be >= 0 and not both 0")
     out = pathlib.Path(args.out)
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is not a folder; give a folder (created if missing)")
     existing = [name for name in (layout.IMAGE_DIR, layout.LABEL_DIR, layout.IMAGE_ZIP, layout.LABEL_ZIP)
                 if (out / name).exists()]
     if existing:

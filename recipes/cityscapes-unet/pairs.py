@@ -31,6 +31,7 @@ import re
 import numpy as np
 from PIL import Image
 
+from common import user_paths
 from common.contract import class_name_problem
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -62,6 +63,9 @@ def _colour(value, where: str):
 def read_classes(path) -> tuple[list[str], list]:
     """(names, colours or None per class) from a YAML or JSON classes file, in id order."""
     path = pathlib.Path(path)
+    problem = user_paths.file_problem("--classes", path)
+    if problem:  # checked, not opened: reading a FIFO would block
+        raise PairsError(problem)
     try:
         text = path.read_text()
     except OSError as error:
@@ -122,14 +126,14 @@ def palette_for(colours) -> list[tuple[int, int, int]]:
 
 # --- The two folders -----------------------------------------------------------------------------
 
-def _listing(folder: pathlib.Path, suffixes) -> dict[str, pathlib.Path]:
-    """Relative stem ('street/0001') -> file, for every file with one of the suffixes (hidden ones left out)."""
+def _listing(folder: pathlib.Path, suffixes, problems: list) -> dict[str, list[pathlib.Path]]:
+    """Relative stem ('street/0001') -> files, for every regular file with one of the suffixes (hidden ones
+    left out); an entry with such a suffix that is no regular file (a FIFO, a dangling link) is a problem."""
+    listing = user_paths.list_files(folder, recursive=True, suffixes=suffixes, hidden=False)
+    problems.extend(user_paths.not_a_file(path, what) for path, what in listing.others)
     found = {}
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if path.is_file() and path.suffix.lower() in suffixes and not any(
-                part.startswith(".") for part in relative.parts):
-            found.setdefault(relative.with_suffix("").as_posix(), []).append(path)
+    for path in map(pathlib.Path, listing.files):
+        found.setdefault(path.relative_to(folder).with_suffix("").as_posix(), []).append(path)
     return found
 
 
@@ -156,6 +160,7 @@ class ImageMaskFolders:
         # Every output depends on the classes and --size too: changing them redoes every pair.
         self.settings = hashlib.sha256(json.dumps([self.categories, colours, self.size]).encode()).hexdigest()[:16]
         self.files: dict = {}  # (split, example id) -> (image file, mask file), filled by pairs()
+        self.inputs = {"--images": images, "--masks": masks, "--classes": classes_file}  # what --out stays out of
 
     def __getstate__(self):  # sent to every worker with every pair: each task carries its own files
         return {**self.__dict__, "files": {}}
@@ -183,7 +188,8 @@ class ImageMaskFolders:
             if not mask_folder.is_dir():
                 raise PairsError(f"split {split!r}: no mask folder {mask_folder} for the images in {image_folder}; "
                                  "check --splits and --masks")
-            images, masks = _listing(image_folder, IMAGE_SUFFIXES), _listing(mask_folder, (MASK_SUFFIX,))
+            images = _listing(image_folder, IMAGE_SUFFIXES, problems)
+            masks = _listing(mask_folder, (MASK_SUFFIX,), problems)
             for stem in sorted({**images, **masks}):
                 if len(images.get(stem, [])) > 1:
                     problems.append(f"two images with the stem {stem}: {', '.join(map(str, images[stem]))}; "

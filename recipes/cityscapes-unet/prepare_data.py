@@ -38,6 +38,7 @@ from PIL import Image
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # common, when run as a script
 
+from common import user_paths  # noqa: E402
 from common.atomic import write_atomically  # noqa: E402
 import labels  # noqa: E402
 import layout  # noqa: E402
@@ -67,6 +68,7 @@ class Half:
         self.folder = source / top
         self.zip_path = source / zip_name
         self.top = top
+        self.others: list[str] = []  # entries of the folder named like release files that are no regular file
         if self.folder.is_dir():
             self.kind = "folder"
         elif self.zip_path.is_file():
@@ -91,11 +93,15 @@ class Half:
             return {info.filename: [info.file_size, info.CRC] for info in self.archive().infolist()
                     if layout.is_candidate(info.filename)}
         found = {}
-        for path in self.folder.rglob("*.png"):
-            name = path.relative_to(self.folder.parent).as_posix()
+        listing = user_paths.list_files(self.folder, recursive=True, suffixes=(".png",))
+        for path in listing.files:
+            name = pathlib.Path(path).relative_to(self.folder.parent).as_posix()
             if layout.is_candidate(name):
-                stat = path.stat()
+                stat = os.stat(path)
                 found[name] = [stat.st_size, stat.st_mtime_ns]
+        # Named as problems, never opened (a FIFO would block the run).
+        self.others = [user_paths.not_a_file(path, what) for path, what in listing.others
+                       if layout.is_candidate(path)]
         return found
 
     def read(self, name: str) -> bytes:
@@ -126,7 +132,7 @@ def pair_files(images: Half, labels_half: Half, splits):
         raise UsageError(f"no Cityscapes image or label files in {images.describe('')} "
                          f"or {labels_half.describe('')}\n" + EXPECTED_LAYOUT)
     found = {split: {"image": {}, "label": {}} for split in splits}
-    problems = []
+    problems = images.others + labels_half.others
     for half, files in ((images, image_files), (labels_half, label_files)):
         for name, signature in files.items():
             parsed = layout.parse_member(name)
@@ -175,6 +181,7 @@ class CityscapesRelease:
 
     def __init__(self, source: pathlib.Path):
         self.images, self.labels = open_source(source)
+        self.inputs = {"--source": source}  # what --out must stay out of
 
     def describe(self) -> str:
         return (f"reading images from {self.images.describe(layout.IMAGE_DIR)} ({self.images.kind}), "
@@ -373,6 +380,9 @@ def prepare(source, out, splits=("train", "val"), workers=None, expect_size=None
     if not hasattr(source, "load"):
         source = CityscapesRelease(pathlib.Path(source))
     out = pathlib.Path(out)
+    problem = user_paths.flags_problem(source.inputs, {"--out": out})
+    if problem:
+        raise UsageError(problem)
     for split in splits:
         in_the_way = foreign_output(out, split)
         if in_the_way:

@@ -26,7 +26,7 @@ import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from common import cli, image_folder  # noqa: E402
+from common import cli, image_folder, user_paths  # noqa: E402
 
 RECIPE = "mnist-cnn"
 
@@ -152,8 +152,12 @@ def load_image_folder(data_dir, val_fraction, seed):
 def load_mnist(data_dir, synthetic, seed):
     if synthetic:
         return synthetic_mnist(seed)
-    if data_dir and os.path.isfile(os.path.join(data_dir, "mnist.npz")):
-        return load_npz(os.path.join(data_dir, "mnist.npz"))
+    npz = os.path.join(data_dir, "mnist.npz") if data_dir else None
+    what = user_paths.what_is(npz) if npz else user_paths.MISSING
+    if what == user_paths.FILE:
+        return load_npz(npz)
+    if what != user_paths.MISSING:  # never opened: a FIFO would block the run
+        raise DataError(f"{user_paths.not_a_file(npz, what)}; copy the Keras mnist.npz there ({MNIST_NPZ_URL})")
     if data_dir and not os.path.isdir(data_dir):
         raise DataError(f"--data-dir {data_dir} does not exist")
     return load_tfds(data_dir)

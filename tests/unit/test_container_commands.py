@@ -316,5 +316,5 @@ def test_apptainer_exec_gpus(gpus, visible):
 
 
 def test_apptainer_exec_rejects_relative_binds():
-    with pytest.raises(ValueError, match="results_dir"):
+    with pytest.raises(ValueError, match="--results-dir"):
         build_apptainer_exec_command("m.sif", [], gpus=0, env={}, results_dir="results")

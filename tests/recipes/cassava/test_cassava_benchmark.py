@@ -62,7 +62,9 @@ def test_the_benchmark_reads_the_given_data_dir_and_reports_every_figure(cassava
 
 
 def test_a_data_dir_without_cassava_is_named(tmp_path):
-    process = run_python("recipes/cassava-resnet/benchmark_input.py", "--data-dir", str(tmp_path),
+    data = tmp_path / "data"
+    data.mkdir()
+    process = run_python("recipes/cassava-resnet/benchmark_input.py", "--data-dir", str(data),
                          "--work-dir", str(tmp_path / "work"), "--skip-step", timeout=120)
-    assert process.returncode != 0 and "not prepared in" in process.stderr and str(tmp_path) in process.stderr
+    assert process.returncode != 0 and "not prepared in" in process.stderr and str(data) in process.stderr
     assert not (tmp_path / "work").exists() or not list((tmp_path / "work").glob("cassava-*-photos"))

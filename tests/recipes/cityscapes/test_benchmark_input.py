@@ -80,6 +80,8 @@ def test_the_benchmark_reads_the_given_data_dir_and_reports_every_figure(prepare
 
 
 def test_a_data_dir_without_prepared_data_is_named(tmp_path):
-    process = run_benchmark("--data-dir", str(tmp_path), "--work-dir", str(tmp_path / "work"))
+    data = tmp_path / "data"
+    data.mkdir()
+    process = run_benchmark("--data-dir", str(data), "--work-dir", str(tmp_path / "work"))
     assert process.returncode != 0
-    assert f"no prepared 'train' data: {tmp_path}" in process.stderr and "prepare_data.py" in process.stderr
+    assert f"no prepared 'train' data: {data}" in process.stderr and "prepare_data.py" in process.stderr

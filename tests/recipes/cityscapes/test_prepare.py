@@ -167,8 +167,8 @@ def test_user_mistakes_get_a_message_not_a_traceback(tmp_path, args, expected):
 
 def test_half_zip_half_folder_is_accepted(fixture_ids, tmp_path):
     root, ids = fixture_ids
-    shutil.copytree(root / "tree" / "leftImg8bit", tmp_path / "leftImg8bit")
-    shutil.copy(root / "zips" / layout.LABEL_ZIP, tmp_path)
-    result = run_prepare("--source", tmp_path, "--out", tmp_path / "out", "--workers", 1)
+    shutil.copytree(root / "tree" / "leftImg8bit", tmp_path / "source" / "leftImg8bit")
+    shutil.copy(root / "zips" / layout.LABEL_ZIP, tmp_path / "source")
+    result = run_prepare("--source", tmp_path / "source", "--out", tmp_path / "out", "--workers", 1)
     assert result.returncode == 0, result.stderr
     assert json.loads(layout.index_path(tmp_path / "out", "train").read_text())["examples"] == sorted(ids["train"])
