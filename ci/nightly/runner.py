@@ -179,7 +179,6 @@ def machine_facts(cells, images: dict, docker_answers: bool) -> dict:
     for base, image in (("ngc", images["ngc_base"]), ("gpu", images["current_gpu_base"])):
         wanted = any(c.base == base and c.gpus <= facts["gpus"] for c in cells)
         facts[base] = bool(wanted and facts["docker"] and image_here_or_pulled(images, image))
-    facts["memlock"] = memlock_allowed(images) if facts["docker"] else True
     return facts
 
 
@@ -503,9 +502,13 @@ def run_night(matrix, tier: str, only: str | None, out: str, history: str | None
     os.makedirs(out, exist_ok=True)
     say(f"tier {tier}: {len(cells)} cells, {len(readme)} README commands; docker {'yes' if facts['docker'] else 'no'}, "
         f"apptainer {'yes' if facts['apptainer'] else 'no'}, GPUs {facts['gpus']}"
-        + ("" if facts["memlock"] else "; this host refuses --ulimit memlock=-1, so cells run without it"))
+)
 
     build_failed = build_images(cells, facts, images, out)
+    # Asked of an image the night has built: on a fresh machine there is none before.
+    facts["memlock"] = memlock_allowed(images) if facts["docker"] else True
+    if not facts["memlock"]:
+        say("this host refuses --ulimit memlock=-1, so cells run without it")
     data_dirs, data_errors = prepare_all_data(matrix, cells, facts, out)
     entries = run_cells(matrix, cells, facts, out, build_failed, data_dirs, data_errors)
     add_parity(entries)
