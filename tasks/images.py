@@ -249,9 +249,9 @@ def cpu(c, stack=contract.DEFAULT_STACK, base="debian", ca_bundle=None, dry=Fals
     build_base_image(c, stack, "cpu", base, ca_bundle, dry)
 
 
-@task(help={"stack": "current (images/current, target gpu: TensorFlow with the CUDA wheels it was built for); ngc-25.02's "
-                     "GPU base is NVIDIA's image, not built here",
-            "base": "image to build on: debian (from images.bootstrap) | slim (debian:bookworm-slim)",
+@task(help={"stack": "current (images/current, target gpu: TensorFlow with the CUDA wheels it was built for); "
+                     "ngc-25.02's GPU base is NVIDIA's image, not built here",
+            "base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",
             "ca-bundle": "CA bundle for pip behind a TLS proxy", "dry": "print the command, run nothing"})
 def gpu(c, stack="current", base="debian", ca_bundle=None, dry=False):
     """Build the current stack's GPU base image; the build fails unless its CUDA libraries match its TensorFlow."""

@@ -136,8 +136,8 @@ def test_each_stack_builds_its_own_images(stack):
     if stack == "current":
         assert base == "tf-recipes/gpu-base:current"
         gpu_base = run_invoke("images.gpu", "--stack", stack, "--dry")
-        assert gpu_base.returncode == 0 and "-f images/current/Dockerfile -t tf-recipes/gpu-base:current --target gpu" in \
-            gpu_base.stdout, gpu_base.stderr
+        wanted = "-f images/current/Dockerfile -t tf-recipes/gpu-base:current --target gpu"
+        assert gpu_base.returncode == 0 and wanted in gpu_base.stdout, gpu_base.stderr
     run = run_invoke("run", "mnist-cnn", "--gpus", "8", "--stack", stack, "--launcher", "multiworker",
                      "--runtime", "docker", "--dry")
     assert run.returncode == 0, run.stderr
