@@ -11,6 +11,15 @@
 #                                         # and OpenMPI; ~4 min the first time)
 #   bash ci/setup.sh --print-stack        # which stack it would pick; nothing else
 #   bash ci/setup.sh --print-compiler     # which C/C++ compilers Horovod would be built with; nothing else
+#   bash ci/setup.sh --tensorflow gpu     # the CUDA build of TensorFlow even without an NVIDIA GPU here
+#
+# Which TensorFlow wheel: on a machine with an NVIDIA GPU (/proc/driver/nvidia/gpus/ lists one, or
+# `nvidia-smi -L` does), `tensorflow`, TensorFlow's CUDA build; without one, `tensorflow-cpu` of the
+# same version, TensorFlow's own build without CUDA, which imports the same `tensorflow` module
+# (and Horovod compiles against it) but prints none of the CUDA start-up errors (failed cuInit,
+# cuDNN/cuFFT/cuBLAS factories, TensorRT) the CUDA build prints on a machine without a GPU. They are
+# the pyproject.toml extras `gpu` and `cpu`; `--tensorflow gpu|cpu` overrides the choice. A venv
+# holding the other wheel has it uninstalled first (both install the same files).
 #
 # A stack is a pip constraints file, stacks/NAME.txt, whose `# python-min:` and `# python-max:`
 # lines say which interpreters it installs on. The venv records its stack in VENV/tf-recipes-stack,
@@ -29,9 +38,10 @@
 # holds the checksum of pyproject.toml and the stack's constraints it installed; while they are the same
 # and the venv imports tf-recipes, pip is not run, so tests running from the venv meanwhile are safe).
 # The Horovod wheel it built is kept in pip's cache folder
-# (`pip cache dir`, so PIP_CACHE_DIR moves it), under tf-recipes-wheels/horovod-0.28.1-tfTF-pyPY-gloo-mpi/;
+# (`pip cache dir`, so PIP_CACHE_DIR moves it), under tf-recipes-wheels/horovod-0.28.1-WHEELTF-pyPY-gloo-mpi/;
 # a fresh .venv on the same machine installs that wheel instead of compiling Horovod again. The folder
-# names what the wheel was built with, so a wheel built without MPI is never reused.
+# names what the wheel was built with (WHEEL is tensorflow or tensorflow-cpu), so a wheel built without
+# MPI, or against the other TensorFlow wheel, is never reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,18 +51,20 @@ venv=.venv
 with_horovod=0
 print_compiler=0
 print_stack=0
+tensorflow_build=auto
 while [ $# -gt 0 ]; do
     case "$1" in
         --horovod) with_horovod=1 ;;
         --print-compiler) print_compiler=1 ;;
         --print-stack) print_stack=1 ;;
-        --stack|--venv)
+        --stack|--venv|--tensorflow)
             [ $# -ge 2 ] || { echo "ci/setup.sh: $1 needs a value" >&2; exit 2; }
-            if [ "$1" = --stack ]; then stack=$2; else venv=$2; fi
+            case "$1" in --stack) stack=$2 ;; --venv) venv=$2 ;; *) tensorflow_build=$2 ;; esac
             shift ;;
         --stack=*) stack=${1#--stack=} ;;
         --venv=*) venv=${1#--venv=} ;;
-        *) echo "ci/setup.sh: unknown option $1 (known: --stack NAME, --venv DIR, --horovod, --print-stack, --print-compiler)" >&2
+        --tensorflow=*) tensorflow_build=${1#--tensorflow=} ;;
+        *) echo "ci/setup.sh: unknown option $1 (known: --stack NAME, --venv DIR, --tensorflow gpu|cpu, --horovod, --print-stack, --print-compiler)" >&2
            exit 2 ;;
     esac
     shift
@@ -110,6 +122,18 @@ if [ "$print_stack" = 1 ]; then
 fi
 tensorflow=$(sed -n 's/^tensorflow==//p' "stacks/$stack.txt")
 log "stack $stack (TensorFlow $tensorflow; $why) in $venv"
+case "$tensorflow_build" in
+    auto)
+        if compgen -G '/proc/driver/nvidia/gpus/*' >/dev/null || nvidia-smi -L >/dev/null 2>&1; then
+            tensorflow_build=gpu; why="an NVIDIA GPU is here"
+        else
+            tensorflow_build=cpu; why="no NVIDIA GPU here"
+        fi ;;
+    gpu|cpu) why="asked for with --tensorflow" ;;
+    *) die "unknown --tensorflow '$tensorflow_build'; choose gpu (the CUDA build, tensorflow) or cpu (tensorflow-cpu)" ;;
+esac
+if [ "$tensorflow_build" = gpu ]; then tf_wheel=tensorflow tf_other=tensorflow-cpu; else tf_wheel=tensorflow-cpu tf_other=tensorflow; fi
+log "TensorFlow wheel $tf_wheel ($why)"
 if [ "$with_horovod" = 1 ] && ! grep -q '^horovod==' "stacks/$stack.txt"; then
     die "--horovod: Horovod 0.28.1 does not build against TensorFlow $tensorflow, so stack $stack has no horovod launcher; use --stack ngc-25.02 (Python $(python_range ngc-25.02))"
 fi
@@ -128,7 +152,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 echo "$stack" > "$marker"
 installed="$venv/tf-recipes-installed"
-wanted=$(cat pyproject.toml "stacks/$stack.txt" | sha256sum | cut -d ' ' -f 1)
+wanted=$( (cat pyproject.toml "stacks/$stack.txt"; echo "$tf_wheel") | sha256sum | cut -d ' ' -f 1)
 # -I: the import must come from the venv's install, not from this folder.
 if [ -f "$installed" ] && [ "$(cat "$installed")" = "$wanted" ] &&
    (python="$(cd "$venv" && pwd)/bin/python" && cd / && "$python" -I -c 'import common, commands, tools, invoke, pytest') \
@@ -137,7 +161,13 @@ if [ -f "$installed" ] && [ "$(cat "$installed")" = "$wanted" ] &&
 else
     log "installing tf-recipes and its dependencies into $venv"
     rm -f "$installed"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "stacks/$stack.txt" -e ".[dev]"
+    if "$venv/bin/python" -m pip show --quiet "$tf_other" >/dev/null 2>&1; then
+        log "uninstalling $tf_other from $venv: $tf_wheel replaces it"
+        "$venv/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y "$tf_other"
+        # Horovod was compiled against the other wheel.
+        "$venv/bin/python" -m pip uninstall --quiet --disable-pip-version-check -y horovod >/dev/null 2>&1 || true
+    fi
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "stacks/$stack.txt" -e ".[dev,$tensorflow_build]"
     echo "$wanted" >"$installed"
 fi
 
@@ -161,7 +191,7 @@ if [ "$with_horovod" = 1 ]; then
         fi
         # The wheel's folder names what it was built with (see the header); with pip's cache disabled
         # (PIP_NO_CACHE_DIR) it is built into a temporary folder and not kept.
-        key="horovod-0.28.1-tf$tensorflow-py$python_version-gloo-mpi"
+        key="horovod-0.28.1-$tf_wheel$tensorflow-py$python_version-gloo-mpi"
         if cache=$("$venv/bin/python" -m pip cache dir 2>/dev/null) && [ -n "$cache" ]; then
             wheels="$cache/tf-recipes-wheels/$key"
         else

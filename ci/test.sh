@@ -22,6 +22,10 @@
 #                                           # and precision tests (single, mirrored, multiworker);
 #                                           # the nightly runs it
 #   bash ci/test.sh --stack current --fast  # the unit tier alone on the current stack
+#   bash ci/test.sh --gpu-images    # tests/nightly alone: the current stack's GPU image and a rebuild of
+#                                   # the image it replaced, checked without a GPU, in Docker and
+#                                   # Apptainer (root, like the whole suite; ~3.4 GB of wheels, so
+#                                   # the nightly runs it, not every push)
 #
 # Two pytest workers (pytest-xdist), one per core; tests/conftest.py says in which order they take
 # the test modules. The full run also builds the container tests' images in the background
@@ -32,10 +36,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fast=0
+gpu_images=0
 stack=ngc-25.02
 while [ $# -gt 0 ]; do
     case "$1" in
         --fast) fast=1; shift ;;
+        --gpu-images) gpu_images=1; shift ;;
         --stack) [ $# -ge 2 ] || { echo "ci/test.sh: --stack needs a name (ngc-25.02 or current)" >&2; exit 2; }
                  stack=$2; shift 2 ;;
         *) break ;;
@@ -52,7 +58,14 @@ read -r busy0 idle0 < <(machine_cpu)
 started=$SECONDS
 mkdir -p build/ci
 
-if [ "$stack" != ngc-25.02 ]; then
+if [ "$gpu_images" = 1 ]; then
+    venv=.venv
+    bash ci/setup.sh --stack ngc-25.02
+    bash ci/docker-engine.sh >/dev/null
+    bash ci/apptainer.sh
+    paths=(tests/nightly)
+    parallel=()
+elif [ "$stack" != ngc-25.02 ]; then
     venv=.venv-$stack
     bash ci/setup.sh --stack "$stack" --venv "$venv"
     paths=(tests/unit)
@@ -97,7 +110,7 @@ cores() { awk -v c="$1" -v w="$2" 'BEGIN { printf "%.2f", (w > 0 ? c / w : 0) }'
 line="ci/test.sh $*: $wall s (set-up $setup s, tests $((wall - setup)) s), exit $status;"
 line+=" user+system of its processes $cpu s ($(cores "$cpu" "$wall") cores);"
 line+=" the machine's $(nproc) cores $(cores "$(( (busy1 - busy0) * $(nproc) ))" "$(( busy1 - busy0 + idle1 - idle0 ))") busy"
-if [ "$fast" = 0 ] && [ "$stack" = ngc-25.02 ] && [ "$wall" -gt "$BUDGET" ]; then
+if [ "$fast" = 0 ] && [ "$gpu_images" = 0 ] && [ "$stack" = ngc-25.02 ] && [ "$wall" -gt "$BUDGET" ]; then
     line+="; over the suite's budget of $BUDGET s"
 fi
 echo "[test] $line" >&2

@@ -96,7 +96,7 @@ def build_debian_base_commands(rootfs: str, tarball: str, tag: str, *, suite: st
 
 def build_docker_build_command(dockerfile: str, context: str, tag: str, build_args: Mapping[str, str | None],
                                labels: Mapping[str, str], ca_bundle: str | None, docker: str = "docker",
-                               progress: str = "plain") -> tuple[list[str], dict[str, str]]:
+                               progress: str = "plain", target: str | None = None) -> tuple[list[str], dict[str, str]]:
     """`docker build` with BuildKit; returns (argv, extra environment to add to the caller's).
 
     Why the docker CLI and not the docker SDK for Python: the SDK's `images.build` talks to the
@@ -109,6 +109,7 @@ def build_docker_build_command(dockerfile: str, context: str, tag: str, build_ar
     `ca_bundle` (for example /etc/ssl/certs/ca-certificates.crt behind a TLS-intercepting proxy)
     reaches pip only as the BuildKit secret `pipcert`, so it never lands in an image layer.
     Build arguments whose value is None are left out, so the Dockerfile's default applies.
+    `target` builds that stage of a multi-stage Dockerfile (`--target`) instead of the last.
     """
     _require_value("dockerfile", dockerfile)
     _require_value("context", context)
@@ -117,6 +118,8 @@ def build_docker_build_command(dockerfile: str, context: str, tag: str, build_ar
     if progress:
         argv.append(f"--progress={progress}")
     argv += ["-f", dockerfile, "-t", tag]
+    if target:
+        argv += ["--target", _require_key("target", target)]
     for key, value in build_args.items():
         if value is not None:
             argv += ["--build-arg", f"{_require_key('build arg', key)}={value}"]

@@ -46,7 +46,7 @@ def launcher_trait(launcher: str, trait: str):
 COLLECTIVES = ("auto", "ring", "nccl")  # multiworker all-reduce implementations
 HOROVOD_RUNNERS = ("horovodrun", "mpirun")  # what starts the Horovod processes
 RUNTIMES = ("local", "docker", "apptainer")  # where the processes run
-BASES = ("ngc", "gpu", "cpu")  # image variants: NVIDIA's TensorFlow image, TensorFlow's GPU image, a CPU image
+BASES = ("ngc", "gpu", "cpu")  # image variants: NVIDIA's TensorFlow image, images/current's gpu target, a CPU image
 
 # -- the software stacks (each pinned by its pip constraints file, stacks/NAME.txt) --------------------
 # ngc-25.02: the TensorFlow of NVIDIA's last NGC TensorFlow image (TF 2.17), the only one Horovod
@@ -58,7 +58,8 @@ STACK_LAUNCHERS = {
     "current": ("single", "mirrored", "multiworker"),
 }
 # The image bases of each stack, the GPU one first: ngc is nvcr.io/nvidia/tensorflow:25.02-tf2-py3,
-# gpu the official tensorflow/tensorflow:X-gpu image, cpu images/cpu or images/cpu-current.
+# gpu images/current's gpu target (TensorFlow with the CUDA wheels it was built for), cpu images/cpu or
+# images/current's cpu target.
 STACK_BASES = {"ngc-25.02": ("ngc", "cpu"), "current": ("gpu", "cpu")}
 # The oldest TensorFlow of each stack (stacks/NAME.txt pins the exact release); the stack of a
 # Python environment is the newest stack whose first TensorFlow it has.

@@ -34,7 +34,7 @@ from tasks.host import DEFAULTS  # noqa: E402
 from tasks.run import run  # noqa: E402
 
 namespace = Collection(run, images.build, clusters.sbatch, proving.bench, proving.nightly,
-                       Collection("images", images.bootstrap, images.cpu))
+                       Collection("images", images.bootstrap, images.cpu, images.gpu))
 namespace.add_task(clusters.k8s_manifests, name="k8s")
 namespace.add_task(clusters.launch_files_task, name="launch-files")
 namespace.add_task(starting.new)

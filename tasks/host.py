@@ -24,9 +24,8 @@ DEFAULTS = {
     # The bases of the ngc-25.02 stack: NVIDIA's image, and images/cpu built locally.
     "ngc_base": "nvcr.io/nvidia/tensorflow:25.02-tf2-py3",
     "cpu_base": "tf-recipes/cpu-base:latest",
-    # The bases of the current stack: TensorFlow's GPU image of the release stacks/current.txt pins
-    # ("auto": tensorflow/tensorflow:VERSION-gpu), and images/cpu-current built locally.
-    "current_gpu_base": "auto",
+    # The bases of the current stack: images/current's targets gpu and cpu, both built locally.
+    "current_gpu_base": "tf-recipes/gpu-base:current",
     "current_cpu_base": "tf-recipes/cpu-base:current",
     "debian_base": "tf-recipes/debian:bookworm",
     "docker": "auto",  # a docker client path, or auto: the first that can build with BuildKit
@@ -89,13 +88,6 @@ def git_revision() -> str:
         return "unknown"
 
 
-def stack_pins(stack: str) -> dict[str, str]:
-    """The exact pins (`name==version`) of stacks/STACK.txt, by package name."""
-    with open(os.path.join(ROOT, contract.STACK_FILE.format(stack=stack)), encoding="utf-8") as handle:
-        lines = (line.split("#")[0].strip() for line in handle)
-        return dict(line.split("==", 1) for line in lines if "==" in line)
-
-
 def check_stack(stack: str, base: str | None = None) -> None:
     """A LaunchError for an unknown stack, or a base the stack has no image on."""
     launch.check_choice("stack", stack, contract.STACKS)
@@ -109,11 +101,7 @@ def base_image(c, stack: str, base: str) -> str:
     cfg = settings(c)
     if stack == contract.DEFAULT_STACK:
         return cfg["ngc_base"] if base == "ngc" else cfg["cpu_base"]
-    if base == "cpu":
-        return cfg["current_cpu_base"]
-    if cfg["current_gpu_base"] == "auto":
-        return f"tensorflow/tensorflow:{stack_pins(stack)['tensorflow']}-gpu"
-    return cfg["current_gpu_base"]
+    return cfg["current_cpu_base"] if base == "cpu" else cfg["current_gpu_base"]
 
 
 def _image_name(stack: str, base: str) -> str:

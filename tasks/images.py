@@ -22,7 +22,7 @@ from tasks import host
         "recipe": "recipe folder name under recipes/",
         "stack": "ngc-25.02 (TF 2.17, every launcher) | current (the newest TF; no horovod): stacks/NAME.txt",
         "base": "ngc-25.02: ngc (NVIDIA's TensorFlow 25.02 image) | cpu (images/cpu); current: gpu "
-                "(tensorflow/tensorflow:X-gpu) | cpu (images/cpu-current). Default: the stack's GPU base",
+                "(images/current, target gpu) | cpu (images/current, target cpu). Default: the stack's GPU base",
         "runtime": "docker | apptainer (the Docker image, then a .sif made from it with docker save; rebuilt only "
                    "when the image changed)",
         "definition": "with --runtime apptainer: build the .sif from a definition file rendered from the recipe "
@@ -235,29 +235,55 @@ def delete_contents(path: str, *, marker: bool) -> None:
         os.remove(marker_path)
 
 
-# The CPU base image of each stack: its Dockerfile (built from the repository root, for stacks/).
-CPU_DOCKERFILES = {"ngc-25.02": "images/cpu/Dockerfile", "current": "images/cpu-current/Dockerfile"}
+# The base images built here, by stack and kind: (Dockerfile, its --target, build arguments). Each stack
+# has a CPU base; the current stack also a GPU base (the ngc-25.02 stack's is NVIDIA's image). Built from
+# the repository root, for stacks/ and tools/.
+BASE_DOCKERFILES = {
+    ("ngc-25.02", "cpu"): ("images/cpu/Dockerfile", None, {}),
+    ("current", "cpu"): ("images/current/Dockerfile", "cpu", {}),
+    ("current", "gpu"): ("images/current/Dockerfile", "gpu", {"TENSORFLOW": "tensorflow[and-cuda]"}),
+}
+CPU_DOCKERFILES = {stack: dockerfile for (stack, kind), (dockerfile, _, _) in BASE_DOCKERFILES.items() if kind == "cpu"}
 
 
-@task(help={"stack": "ngc-25.02 (images/cpu: TF 2.17.1, Horovod with Gloo and MPI) | current (images/cpu-current: "
-                     "the newest TF, no Horovod)",
+@task(help={"stack": "ngc-25.02 (images/cpu: TF 2.17.1, Horovod with Gloo and MPI) | current (images/current, target "
+                     "cpu: the newest TF, tensorflow-cpu, no Horovod)",
             "base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",
             "ca-bundle": "CA bundle for pip behind a TLS proxy", "dry": "print the command, run nothing"})
 def cpu(c, stack=contract.DEFAULT_STACK, base="debian", ca_bundle=None, dry=False):
     """Build a stack's CPU base image (ngc-25.02: TF 2.17.1, Keras >= 3.8, Horovod with Gloo and MPI)."""
+    build_base_image(c, stack, "cpu", base, ca_bundle, dry)
+
+
+@task(help={"stack": "current (images/current, target gpu: TensorFlow with the CUDA wheels it was built for); "
+                     "ngc-25.02's GPU base is NVIDIA's image, not built here",
+            "base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",
+            "ca-bundle": "CA bundle for pip behind a TLS proxy", "dry": "print the command, run nothing"})
+def gpu(c, stack="current", base="debian", ca_bundle=None, dry=False):
+    """Build the current stack's GPU base image; the build fails unless its CUDA libraries match its TensorFlow."""
+    build_base_image(c, stack, "gpu", base, ca_bundle, dry)
+
+
+def build_base_image(c, stack: str, kind: str, base: str, ca_bundle: str | None, dry: bool) -> None:
+    """`docker build` of a stack's `kind` (cpu or gpu) base image (BASE_DOCKERFILES)."""
     try:
         host.check_stack(stack)
         launch.check_choice("base", base, ("debian", "slim"))
     except launch.LaunchError as error:
         host.fail(str(error))
+    if (stack, kind) not in BASE_DOCKERFILES:
+        built = " or ".join(s for s, k in BASE_DOCKERFILES if k == kind)
+        host.fail(f"the {stack} stack's {kind} base is {host.base_image(c, stack, contract.STACK_BASES[stack][0])}, "
+                  f"which is pulled, not built here; --stack {built} has one to build")
+    dockerfile, target, build_args = BASE_DOCKERFILES[stack, kind]
     cfg = host.settings(c)
-    tag = host.base_image(c, stack, "cpu")
+    tag = host.base_image(c, stack, kind)
     try:
         argv, env = containers.build_docker_build_command(
-            CPU_DOCKERFILES[stack], ".", tag,
-            build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None},
+            dockerfile, ".", tag,
+            build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None, **build_args},
             labels={"org.opencontainers.image.revision": host.git_revision(), "org.tf-recipes.stack": stack},
-            ca_bundle=host.ca_bundle_from(ca_bundle), docker=host.docker_client(c))
+            ca_bundle=host.ca_bundle_from(ca_bundle), docker=host.docker_client(c), target=target)
     except ValueError as error:
         host.fail(str(error))
     if host.execute(argv, env, dry):

@@ -12,6 +12,17 @@ TF_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |^WARNIN
                          r"|^To enable the following instructions: .*, in other operations, rebuild TensorFlow")
 
 
+# What a successful run must not print (the project's rule): a line that starts with "E" (absl's
+# "E0000 ... cuda_platform.cc:52] failed call to cuInit" of TF 2.21), TF 2.17's "DATE TIME: E file.cc:N] ..."
+# ("Unable to register cuDNN factory"), a line that says ERROR, or a traceback.
+ERROR_LINE = re.compile(r"^E|^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: E |ERROR|^Traceback ")
+
+
+def error_lines(text: str) -> list[str]:
+    """The lines of `text` that read as errors (ERROR_LINE)."""
+    return [line for line in text.splitlines() if ERROR_LINE.search(line)]
+
+
 def without_tf_log(text: str) -> str:
     """`text` without TensorFlow's own C++ log lines (TF_LOG_LINE), for checks of what we print."""
     return "\n".join(line for line in text.splitlines() if not TF_LOG_LINE.match(line))

@@ -16,13 +16,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from common.contract import RESULT_FIELDS  # noqa: E402,F401 (what every results.json must hold)
-from common.contract import STACK_LAUNCHERS, stack_of_tensorflow  # noqa: E402
+from common.contract import STACK_LAUNCHERS  # noqa: E402
 
 
 def installed_stack() -> str:
-    """The stack of the TensorFlow beside the Python running the tests (stacks/NAME.txt)."""
-    from importlib import metadata
-    return stack_of_tensorflow(metadata.version("tensorflow"))
+    """The stack of the TensorFlow beside the Python running the tests (stacks/NAME.txt): its CUDA build
+    or tensorflow-cpu, as `invoke run --runtime local` reads it."""
+    from tasks import host
+    return host.installed_stack()
 
 
 def stack_launchers(*launchers: str) -> list[str]:

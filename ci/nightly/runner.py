@@ -176,9 +176,10 @@ def machine_facts(cells, images: dict, docker_answers: bool) -> dict:
     ngc_base, cpu_base, debian_base, current_gpu_base, current_cpu_base) and the docker client."""
     facts = {"docker": docker_answers, "apptainer": apptainer_works(images.get("apptainer", "apptainer")),
              "gpus": gpu_count()}
-    for base, image in (("ngc", images["ngc_base"]), ("gpu", images["current_gpu_base"])):
+    # The ngc base is NVIDIA's image, pulled; the gpu base (images/current, target gpu) is built here.
+    for base, usable in (("ngc", lambda: image_here_or_pulled(images, images["ngc_base"])), ("gpu", lambda: True)):
         wanted = any(c.base == base and c.gpus <= facts["gpus"] for c in cells)
-        facts[base] = bool(wanted and facts["docker"] and image_here_or_pulled(images, image))
+        facts[base] = bool(wanted and facts["docker"] and usable())
     return facts
 
 
@@ -205,13 +206,16 @@ def build_steps(cells, facts: dict, images: dict) -> list[tuple[str, list[str]]]
     steps = []
     cpu_stacks = list(dict.fromkeys(c.stack for c in runnable
                                     if c.base == "cpu" and c.runtime in ("docker", "apptainer")))
-    if cpu_stacks:
+    gpu_stacks = list(dict.fromkeys(c.stack for c in runnable if c.base == "gpu" and c.runtime != "local"))
+    if cpu_stacks or gpu_stacks:
         choice = cpu_base_choice(images)
         if choice == "bootstrap":
             steps.append(("Debian base (debootstrap)", ["images.bootstrap"]))
         on = "slim" if choice == "slim" else "debian"
         steps += [(f"CPU base of {stack} on {on}", ["images.cpu", "--stack", stack, "--base", on])
                   for stack in cpu_stacks]
+        steps += [(f"GPU base of {stack} on {on}", ["images.gpu", "--stack", stack, "--base", on])
+                  for stack in gpu_stacks]
     for cell in {(c.recipe, c.stack, c.base, c.runtime): c for c in runnable if c.runtime != "local"}.values():
         sif = ["--sif-compression", SIF_COMPRESSION] if cell.runtime == "apptainer" else []
         steps.append((build_step_name(cell), ["build", cell.recipe, "--stack", cell.stack, "--base", cell.base,

@@ -112,6 +112,14 @@ def test_docker_build_progress_can_be_left_to_the_client():
     assert not any(arg.startswith("--progress") for arg in argv)
 
 
+def test_docker_build_builds_a_target_stage_only_when_asked():
+    argv, _ = build_docker_build_command("D", ".", "t:1", {}, {}, None, target="gpu")
+    assert flag_values(argv, "--target") == ["gpu"] and argv[-1] == "."
+    assert "--target" not in build_docker_build_command("D", ".", "t:1", {}, {}, None)[0]
+    with pytest.raises(ValueError, match="target name 'a b'"):
+        build_docker_build_command("D", ".", "t:1", {}, {}, None, target="a b")
+
+
 @pytest.mark.parametrize("bad", [{"": "1"}, {"A=B": "1"}, {"A B": "1"}])
 def test_docker_build_rejects_bad_build_arg_names(bad):
     with pytest.raises(ValueError, match="build arg"):

@@ -47,7 +47,7 @@ RECIPE_DOCKERFILES = sorted(REPO.glob("recipes/*/Dockerfile"))
 def test_the_dockerfiles_are_found():
     names = {p.relative_to(REPO).as_posix() for p in DOCKERFILES}
     assert "images/cpu/Dockerfile" in names
-    assert "images/cpu-current/Dockerfile" in names
+    assert "images/current/Dockerfile" in names
     assert "recipes/mnist-cnn/Dockerfile" in names
 
 

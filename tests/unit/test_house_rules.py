@@ -92,6 +92,7 @@ def test_ruff_finds_nothing():
 # script runs; ("needed by", distribution) another declared distribution imports it without declaring it.
 USED_AS = {
     "tensorflow": ("import", "tensorflow", "every recipe trains with it"),
+    "tensorflow-cpu": ("import", "tensorflow", "the same module, TensorFlow's build without CUDA"),
     "tensorboard": ("command", "tensorboard", "tests/integration/test_tensorboard.py serves the runs' scalars"),
     "keras": ("import", "keras", "the models, losses and optimizers"),
     "tensorflow-datasets": ("import", "tensorflow_datasets", "mnist-cnn's and cassava-resnet's data"),

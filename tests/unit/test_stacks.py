@@ -52,7 +52,10 @@ def test_pip_install_e_admits_every_stack(stack):
     except ModuleNotFoundError:  # Python 3.10: the same parser, before it joined the standard library
         import tomli as tomllib
 
-    declared = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["gpu"]
+                + project["optional-dependencies"]["cpu"]]
+    assert {r.name for r in declared} >= {"tensorflow", "tensorflow-cpu"}
     for requirement in declared:
         pinned = pins(stack).get(requirement.name)
         if pinned is not None and next(iter(pinned.specifier)).operator == "==":
@@ -105,6 +108,15 @@ def test_setup_refuses_horovod_on_a_stack_without_it(tmp_path):
     assert not (tmp_path / "v").exists()
 
 
+def test_an_unknown_tensorflow_build_is_one_line_and_makes_no_venv(tmp_path):
+    process = subprocess.run(["bash", "ci/setup.sh", "--tensorflow", "cuda", "--venv", str(tmp_path / "v")], cwd=REPO,
+                             capture_output=True, text=True)
+    assert process.returncode == 2, process.stderr
+    assert process.stderr.splitlines()[-1] == ("ci/setup.sh: error: unknown --tensorflow 'cuda'; choose gpu (the CUDA "
+                                               "build, tensorflow) or cpu (tensorflow-cpu)")
+    assert not (tmp_path / "v").exists()
+
+
 def test_horovod_on_the_current_stack_is_one_line_naming_the_stack_that_has_it():
     process = run_invoke("run", "mnist-cnn", "--gpus", "8", "--stack", "current", "--launcher", "horovod",
                          "--runtime", "docker", "--dry")
@@ -114,20 +126,25 @@ def test_horovod_on_the_current_stack_is_one_line_naming_the_stack_that_has_it()
 
 @pytest.mark.parametrize("stack", contract.STACKS)
 def test_each_stack_builds_its_own_images(stack):
+    from tasks import images
+
     gpu = contract.STACK_BASES[stack][0]
     build = run_invoke("build", "mnist-cnn", "--stack", stack, "--dry")
     assert build.returncode == 0, build.stderr
     assert f"--build-arg STACK={stack}" in build.stdout
     base = re.search(r"--build-arg BASE_IMAGE=(\S+)", build.stdout).group(1)
     if stack == "current":
-        assert base == f"tensorflow/tensorflow:{next(iter(pins(stack)['tensorflow'].specifier)).version}-gpu"
+        assert base == "tf-recipes/gpu-base:current"
+        gpu_base = run_invoke("images.gpu", "--stack", stack, "--dry")
+        wanted = "-f images/current/Dockerfile -t tf-recipes/gpu-base:current --target gpu"
+        assert gpu_base.returncode == 0 and wanted in gpu_base.stdout, gpu_base.stderr
     run = run_invoke("run", "mnist-cnn", "--gpus", "8", "--stack", stack, "--launcher", "multiworker",
                      "--runtime", "docker", "--dry")
     assert run.returncode == 0, run.stderr
     tag = re.search(r"tf-recipes/mnist-cnn:(\S+)", run.stdout).group(1)
     assert tag == (gpu if stack == contract.DEFAULT_STACK else f"{stack}-{gpu}")
     cpu = run_invoke("images.cpu", "--stack", stack, "--dry")
-    assert cpu.returncode == 0 and "images/cpu" in cpu.stdout, cpu.stderr
+    assert cpu.returncode == 0 and f"-f {images.CPU_DOCKERFILES[stack]} " in cpu.stdout, cpu.stderr
 
 
 def test_the_recipe_images_default_to_the_default_stack():

@@ -195,7 +195,7 @@ def test_each_nightly_job_has_a_concurrency_group_of_its_own():
     assert "concurrency" not in workflow
     groups = {job_id: job["concurrency"]["group"] for job_id, job in workflow["jobs"].items()}
     assert groups == {job_id: f"nightly-{job_id}-${{{{ github.ref }}}}"
-                      for job_id in ("cpu", "current", "gpu", "issues")}
+                      for job_id in ("cpu", "current", "gpu-images", "gpu", "issues")}
     assert all(job["concurrency"]["cancel-in-progress"] is False for job in workflow["jobs"].values())
 
 
@@ -252,10 +252,10 @@ def test_debootstrap_is_installed_with_debians_archive_keys(path):
 
 def test_both_nightly_jobs_run_invoke_nightly_with_their_tier():
     jobs = load(WORKFLOWS / "nightly.yml")["jobs"]
-    assert set(jobs) == {"cpu", "current", "gpu", "issues"}
+    assert set(jobs) == {"cpu", "current", "gpu-images", "gpu", "issues"}
     tiers = {}
     for job_id, job in jobs.items():
-        if job_id in ("issues", "current"):
+        if job_id in ("issues", "current", "gpu-images"):
             continue
         runs = [step["run"] for step in job["steps"] if "invoke nightly" in step.get("run", "")]
         assert len(runs) == 1, f"job {job_id} should call invoke nightly once"
@@ -309,7 +309,7 @@ def test_reports_are_published_even_when_the_night_is_red():
 
 def test_history_is_restored_by_prefix_and_saved_under_a_key_of_its_own():
     for job_id, job in load(WORKFLOWS / "nightly.yml")["jobs"].items():
-        if job_id in ("issues", "current"):  # no history: the current job runs tests, not cells
+        if job_id in ("issues", "current", "gpu-images"):  # no history: these jobs run tests, not cells
             continue
         by_action = {step["uses"].split("@")[0]: step["with"] for step in job["steps"] if "uses" in step}
         restore, save = by_action["actions/cache/restore"], by_action["actions/cache/save"]
