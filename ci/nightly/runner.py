@@ -36,10 +36,10 @@ def say(message: str) -> None:
 
 # -- running a command within a time limit -------------------------------------------------------
 
-# Every command the night runs carries this variable, with a value of its own, in its environment,
-# and so does every process it starts: workers that horovodrun or mpirun put in sessions of their
-# own, and Apptainer's processes, which a signal to the command's process group does not reach.
-# Once the command has ended, whatever still carries its value outlived it and is killed.
+# Every command the night runs starts a session of its own and carries this variable, with a value
+# of its own, in its environment, which every process it starts inherits: horovodrun's workers, in
+# sessions of their own, still carry it. Once the command has ended, whatever is still in its session
+# or carries its value outlived it and is killed.
 RUN_TAG = "TF_RECIPES_NIGHTLY_RUN"
 LEFTOVER_GRACE = 10.0  # seconds a finished command's processes get to exit on their own
 
@@ -51,36 +51,43 @@ class Finished:
     outlived: list[str]  # "PID NAME" of each process that outlived the command and was killed
 
 
-def tagged_processes(tag: str) -> dict[int, str]:
-    """{pid: name} of the processes whose environment holds RUN_TAG=tag."""
+def command_processes(tag: str, session: int) -> dict[int, str]:
+    """{pid: name} of the processes a command started: those whose environment holds RUN_TAG=tag,
+    and those still in its session (`apptainer exec --cleanenv` empties the environment of what runs
+    in the container, which stays in the session)."""
     needle = f"{RUN_TAG}={tag}".encode()
     found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":  # a zombie holds nothing and is gone once its parent waits for it
+                continue
             with open(f"/proc/{pid}/environ", "rb") as handle:
-                if needle in handle.read().split(b"\0"):
-                    with open(f"/proc/{pid}/comm") as name:
-                        found[int(pid)] = name.read().strip()
-        except OSError:  # gone meanwhile, or a zombie
+                tagged = needle in handle.read().split(b"\0")
+            if tagged or int(fields[3]) == session:
+                with open(f"/proc/{pid}/comm") as name:
+                    found[int(pid)] = name.read().strip()
+        except (OSError, IndexError, ValueError):  # gone meanwhile, or a kernel thread
             continue
     return found
 
 
-def kill_leftovers(tag: str, grace: float) -> list[str]:
-    """Wait up to `grace` seconds for the processes carrying `tag` to end, then SIGKILL the rest and
-    wait for them to go; "PID NAME" of each one killed."""
+def kill_leftovers(tag: str, session: int, grace: float) -> list[str]:
+    """Wait up to `grace` seconds for the command's processes to end, then SIGKILL the rest and wait
+    for them to go; "PID NAME" of each one killed."""
     deadline = time.monotonic() + grace
-    left = tagged_processes(tag)
+    left = command_processes(tag, session)
     while left and time.monotonic() < deadline:
         time.sleep(0.5)
-        left = tagged_processes(tag)
+        left = command_processes(tag, session)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + 30
-    while left and tagged_processes(tag) and time.monotonic() < deadline:
+    while left and command_processes(tag, session) and time.monotonic() < deadline:
         time.sleep(0.2)
     return [f"{pid} {name}" for pid, name in left.items()]
 
@@ -112,7 +119,8 @@ def run_logged(argv, log_path: str, time_limit: float, env: dict | None = None, 
                 except subprocess.TimeoutExpired:
                     continue
             log.write(f"\n[nightly] time limit of {time_limit:.0f} s reached; stopped\n")
-        outlived = kill_leftovers(tag, 0 if status is None else LEFTOVER_GRACE)
+        # start_new_session: the command's pid is its session's id.
+        outlived = kill_leftovers(tag, process.pid, 0 if status is None else LEFTOVER_GRACE)
         if outlived:
             log.write(f"\n[nightly] {len(outlived)} of its processes outlived it and were killed: "
                       f"{', '.join(outlived)}\n")
