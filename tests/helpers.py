@@ -47,6 +47,11 @@ def read_results(results_dir) -> dict:
         return json.load(handle)
 
 
+def results_beside(data_dir: pathlib.Path) -> pathlib.Path:
+    """A results folder next to a data folder: train.py refuses one inside its --data-dir."""
+    return data_dir.with_name(data_dir.name + "-results")
+
+
 def assert_ok(process: subprocess.CompletedProcess) -> None:
     assert process.returncode == 0, (
         f"exit {process.returncode}\n--- stdout ---\n{process.stdout[-4000:]}\n"

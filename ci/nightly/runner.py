@@ -334,6 +334,10 @@ def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
             entry["images_per_sec"] = results.get("images_per_sec")
         entry["_results"], entry["_results_dir"] = results, results_dir
     entry["problems"] += outlived_problem(finished)
+    # What the checks read stays (results.json, final.weights.h5, the log); the checkpoints and the
+    # export (about 0.8 GB for a cassava-resnet cell) would fill a runner's disk over 48 cells.
+    for folder_made in ("checkpoints", "export"):
+        shutil.rmtree(os.path.join(results_dir, folder_made), ignore_errors=True)
     return entry
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from error_checks import assert_one_line_error
-from helpers import assert_ok, read_results, run_python
+from helpers import assert_ok, read_results, results_beside, run_python
 from test_mnist_data import write_npz
 
 from common.data import DataError, check_labels
@@ -37,7 +37,7 @@ def test_an_unreadable_npz_is_named(tmp_path, damage):
     write_npz(tmp_path / "mnist.npz")
     data = (tmp_path / "mnist.npz").read_bytes()
     (tmp_path / "mnist.npz").write_bytes(data[:len(data) // 2] if damage == "truncated" else b"<html>proxy</html>")
-    line = assert_one_line_error(train(tmp_path, tmp_path / "out"), tmp_path / "out",
+    line = assert_one_line_error(train(tmp_path, results_beside(tmp_path)), results_beside(tmp_path),
                                  f"{tmp_path / 'mnist.npz'} cannot be read as the Keras mnist.npz", "download it again")
     # numpy reads a file that is no zip as a pickle, which it refuses: a ValueError, named too
     assert ("BadZipFile" if damage == "truncated" else "ValueError") in line
@@ -48,7 +48,7 @@ def test_a_bad_crc_inside_the_npz_is_named(tmp_path):
     data = bytearray((tmp_path / "mnist.npz").read_bytes())
     data[len(data) // 3] ^= 0xFF  # inside x_train's bytes: the zip directory still reads
     (tmp_path / "mnist.npz").write_bytes(bytes(data))
-    assert_one_line_error(train(tmp_path, tmp_path / "out"), tmp_path / "out",
+    assert_one_line_error(train(tmp_path, results_beside(tmp_path)), results_beside(tmp_path),
                           f"{tmp_path / 'mnist.npz'} cannot be read", "Bad CRC-32")
 
 
@@ -61,8 +61,8 @@ def test_labels_outside_the_ten_classes_are_named_before_training(tmp_path, arra
     arrays[array][7] = value
     np.savez(tmp_path / "mnist.npz", **arrays)
     split = array.split("_")[1]
-    process = train(tmp_path, tmp_path / "out")
-    assert_one_line_error(process, tmp_path / "out", f"{tmp_path / 'mnist.npz'} {split} labels",
+    process = train(tmp_path, results_beside(tmp_path))
+    assert_one_line_error(process, results_beside(tmp_path), f"{tmp_path / 'mnist.npz'} {split} labels",
                           "outside the model's classes 0..9", f"label {value} of example 7")
     assert "step" not in process.stdout  # stopped before the first training step
 
@@ -73,7 +73,7 @@ def test_images_of_the_wrong_shape_are_named(tmp_path):
         arrays = {name: data[name] for name in data.files}
     arrays["x_train"] = arrays["x_train"][:, :27]
     np.savez(tmp_path / "mnist.npz", **arrays)
-    assert_one_line_error(train(tmp_path, tmp_path / "out"), tmp_path / "out",
+    assert_one_line_error(train(tmp_path, results_beside(tmp_path)), results_beside(tmp_path),
                           "the train images are (512, 27, 28)", "expected N 28x28 images")
 
 

@@ -6,7 +6,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from helpers import assert_ok, read_results, run_python
+from helpers import assert_ok, read_results, results_beside, run_python
 
 TRAIN = "recipes/mnist-cnn/train.py"
 
@@ -23,9 +23,9 @@ def write_npz(path, train=512, test=200, arrays=("x_train", "y_train", "x_test",
 def test_data_dir_with_the_keras_npz_trains_and_evaluates_on_its_test_split(tmp_path):
     write_npz(tmp_path / "mnist.npz")
     process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "3", "--batch-size", "64",
-                         "--results-dir", str(tmp_path / "out"))
+                         "--results-dir", str(results_beside(tmp_path)))
     assert_ok(process)
-    results = read_results(tmp_path / "out")
+    results = read_results(results_beside(tmp_path))
     assert results["data"] == "mnist"
     assert results["steps_per_epoch"] == 512 // 64
     assert results["final_metrics"]["test"]["examples"] == 200
@@ -33,7 +33,7 @@ def test_data_dir_with_the_keras_npz_trains_and_evaluates_on_its_test_split(tmp_
 
 def test_an_npz_without_the_expected_arrays_is_named(tmp_path):
     write_npz(tmp_path / "mnist.npz", arrays=("x_train", "y_train"))
-    process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1", "--results-dir", str(tmp_path / "out"))
+    process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1", "--results-dir", str(results_beside(tmp_path)))
     assert process.returncode == 2
     assert "mnist.npz lacks arrays ['x_test', 'y_test']" in process.stderr
     assert "Traceback" not in process.stderr
@@ -42,12 +42,12 @@ def test_an_npz_without_the_expected_arrays_is_named(tmp_path):
 def test_no_data_and_no_network_says_how_to_provide_it(tmp_path):
     # An empty TFDS data dir and a host that cannot be reached: the message, not a long retry loop.
     process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1",
-                         "--results-dir", str(tmp_path / "out"), timeout=120,
+                         "--results-dir", str(results_beside(tmp_path)), timeout=120,
                          env={"TF_RECIPES_DOWNLOAD_HOST": "unreachable.invalid"})
     assert process.returncode == 2, process.stderr[-2000:]
     assert "mnist.npz" in process.stderr and "--synthetic" in process.stderr
     assert "Traceback" not in process.stderr
-    assert not (tmp_path / "out" / "results.json").exists()
+    assert not (results_beside(tmp_path) / "results.json").exists()
 
 
 def test_missing_data_dir_is_named(tmp_path):
