@@ -263,7 +263,8 @@ def main(argv=None):
     # A --child reads the photos its parent generated under --work-dir: the parent checked the user's flags.
     user_paths.exit_if(None if args.child else (
         (args.data_dir and user_paths.folder_problem("--data-dir", args.data_dir))
-        or user_paths.flags_problem({"--data-dir": args.data_dir}, {"--work-dir": args.work_dir}, {"--json": args.json})))
+        or user_paths.flags_problem({"--data-dir": args.data_dir}, {"--work-dir": args.work_dir},
+                                    {"--json": args.json})))
     os.makedirs(args.work_dir, exist_ok=True)
     if args.child:
         print(json.dumps(child(args)))
