@@ -33,7 +33,8 @@ def test_data_dir_with_the_keras_npz_trains_and_evaluates_on_its_test_split(tmp_
 
 def test_an_npz_without_the_expected_arrays_is_named(tmp_path):
     write_npz(tmp_path / "mnist.npz", arrays=("x_train", "y_train"))
-    process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1", "--results-dir", str(results_beside(tmp_path)))
+    process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1",
+                         "--results-dir", str(results_beside(tmp_path)))
     assert process.returncode == 2
     assert "mnist.npz lacks arrays ['x_test', 'y_test']" in process.stderr
     assert "Traceback" not in process.stderr
