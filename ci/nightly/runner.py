@@ -42,6 +42,7 @@ def say(message: str) -> None:
 # or carries its value outlived it and is killed.
 RUN_TAG = "TF_RECIPES_NIGHTLY_RUN"
 LEFTOVER_GRACE = 10.0  # seconds a finished command's processes get to exit on their own
+STOPPED_GRACE = 5.0  # seconds the processes of a command stopped at its limit get to die of that signal
 
 
 @dataclasses.dataclass
@@ -120,7 +121,9 @@ def run_logged(argv, log_path: str, time_limit: float, env: dict | None = None, 
                     continue
             log.write(f"\n[nightly] time limit of {time_limit:.0f} s reached; stopped\n")
         # start_new_session: the command's pid is its session's id.
-        outlived = kill_leftovers(tag, process.pid, 0 if status is None else LEFTOVER_GRACE)
+        # A stopped command's group had the signal, and its processes may not all be gone the moment its
+        # shell is: they get STOPPED_GRACE to die of it before they count as having outlived it.
+        outlived = kill_leftovers(tag, process.pid, STOPPED_GRACE if status is None else LEFTOVER_GRACE)
         if outlived:
             log.write(f"\n[nightly] {len(outlived)} of its processes outlived it and were killed: "
                       f"{', '.join(outlived)}\n")
