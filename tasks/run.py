@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 from invoke import Exit, task
 
-from commands import containers, launch
+from commands import choices, containers, launch
 from common import contract, stopping, user_paths
 from tasks import host
 
-RUNTIMES = ("auto", *contract.RUNTIMES)
+RUNTIMES = ("auto", *choices.RUNTIMES)
 
 
 def _runtime(runtime: str, docker: str) -> str:
@@ -133,7 +133,7 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
         docker = host.docker_client(c)
         runtime = _runtime(runtime, docker)
         stack = _stack(stack, runtime, launcher)
-        base = base or ("cpu" if gpus == 0 else contract.STACK_BASES[stack][0])
+        base = base or ("cpu" if gpus == 0 else choices.STACK_BASES[stack][0])
         if runtime != "local":
             host.check_stack(stack, base)
         given_results_dir = results_dir
