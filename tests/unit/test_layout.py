@@ -200,7 +200,8 @@ def test_every_name_of_the_contract_is_used_inside_a_training_image():
 
 
 def test_the_unused_name_check_sees_host_only_names_and_what_a_used_function_needs():
-    contract = "A = 1\nB = (1, 2)\nFIRST = {}\n\n\ndef pick(x):\n    return FIRST[x]\n\n\nclass Oops(Exception):\n    pass\n"
+    contract = ("A = 1\nB = (1, 2)\nFIRST = {}\n\n\ndef pick(x):\n    return FIRST[x]\n\n\n"
+                "class Oops(Exception):\n    pass\n")
     assert contract_names_unused_in_images(contract, ["from common.contract import A\n", "contract.pick(1)\n"]) \
         == ["B", "Oops"]
 

@@ -242,10 +242,9 @@ def test_a_trainer_reads_the_faults_of_the_environment_when_it_is_made(monkeypat
 
 
 @pytest.mark.parametrize("name, value", [
-    ("TF_RECIPES_FAULT_SLOW_STEP", "-1"), ("TF_RECIPES_FAULT_SLOW_STEP", "nan"), ("TF_RECIPES_FAULT_SLOW_STEP", "inf"),
-    ("TF_RECIPES_FAULT_SLOW_STEP", "slow"), ("TF_RECIPES_FAULT_DESYNC_REPLICA", "-1"),
-    ("TF_RECIPES_FAULT_DESYNC_REPLICA", "1.5"), ("TF_RECIPES_FAULT_OVERFLOW", "1"), ("TF_RECIPES_FAULT_OVERFLOW", "a:b"),
-    ("TF_RECIPES_FAULT_OVERFLOW", "-1:3"), ("TF_RECIPES_FAULT_OVERFLOW", "1:0"), ("TF_RECIPES_FAULT_OVERFLOW", "1:2:3"),
+    *(("TF_RECIPES_FAULT_SLOW_STEP", value) for value in ("-1", "nan", "inf", "slow")),
+    *(("TF_RECIPES_FAULT_DESYNC_REPLICA", value) for value in ("-1", "1.5")),
+    *(("TF_RECIPES_FAULT_OVERFLOW", value) for value in ("1", "a:b", "-1:3", "1:0", "1:2:3")),
 ])
 def test_a_bad_fault_value_is_one_line_naming_the_variable_and_the_value(name, value):
     with pytest.raises(contract.UserError) as error:
@@ -281,7 +280,8 @@ def test_an_overflow_fault_needs_float16_and_an_existing_replica():
     test_hooks.check_overflow_fault((1, 3), True, "mixed_float16", 2)
     with pytest.raises(contract.UserError, match="computes in float32; add --amp float16"):
         test_hooks.check_overflow_fault((1, 3), False, "float32", 2)
-    with pytest.raises(contract.UserError, match=r"TF_RECIPES_FAULT_OVERFLOW=2:3: there is no replica 2, this run has 2 \(0"):
+    with pytest.raises(contract.UserError,
+                       match=r"TF_RECIPES_FAULT_OVERFLOW=2:3: there is no replica 2, this run has 2 \(0"):
         test_hooks.check_overflow_fault((2, 3), True, "mixed_float16", 2)
 
 
