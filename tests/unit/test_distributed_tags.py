@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from commands import scaffold
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TAG = re.compile(r"#\s*((?:Distributed|Horovod|Strategy):\s*\S.*?)\s*$")
 KINDS = ("Distributed", "Horovod", "Strategy")
@@ -211,13 +213,8 @@ def folder_labels(folder: pathlib.Path) -> list[tuple[str, str]]:
 
 
 def render_section(recipe: str) -> str:
-    lines, current = [], None
-    for file, text in folder_labels(REPO / "recipes" / recipe):
-        if file != current:
-            lines.append(f"- [`{file}`]({file})")
-            current = file
-        lines.append(f"  - {text}")
-    return "\n".join(lines) + "\n"
+    """The README's list as it should be (the Markdown that `invoke new` writes too)."""
+    return scaffold.labels_list(folder_labels(REPO / "recipes" / recipe))
 
 
 FILE_ITEM = re.compile(r"- \[`?([\w./-]+)`?\]\(([^)\s]+)\)\s*$")
