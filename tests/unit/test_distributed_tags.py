@@ -38,8 +38,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from commands import scaffold
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TAG = re.compile(r"#\s*((?:Distributed|Horovod|Strategy):\s*\S.*?)\s*$")
 KINDS = ("Distributed", "Horovod", "Strategy")
@@ -213,8 +211,10 @@ def folder_labels(folder: pathlib.Path) -> list[tuple[str, str]]:
 
 
 def render_section(recipe: str) -> str:
-    """The README's list as it should be (the Markdown that `invoke new` writes too)."""
-    return scaffold.labels_list(folder_labels(REPO / "recipes" / recipe))
+    """The README's list as it should be: each file once, then its labels."""
+    labels = folder_labels(REPO / "recipes" / recipe)
+    return "".join((f"- [`{file}`]({file})\n" if index == 0 or labels[index - 1][0] != file else "") + f"  - {text}\n"
+                   for index, (file, text) in enumerate(labels))
 
 
 FILE_ITEM = re.compile(r"- \[`?([\w./-]+)`?\]\(([^)\s]+)\)\s*$")
