@@ -159,7 +159,7 @@ def docker_gpus_value(gpus: GpuSelection) -> str | None:
 
 
 def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: GpuSelection,
-                             env: Mapping[str, str], data_dir: str | None = None,
+                             env: Mapping[str, str], forward_env: Sequence[str] = (), data_dir: str | None = None,
                              results_dir: str | None = None, user: str | None = None,
                              shm_size: str = "1g", network: str | None = None, profile: bool = False,
                              name: str | None = None, interactive: bool = False, ipc: str | None = "host",
@@ -183,7 +183,9 @@ def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: Gpu
       absolute host paths; `--mount` (unlike `-v`) fails if the path is missing instead of creating
       a root-owned empty directory.
     - `user` ("UID:GID") runs as the caller, so results are theirs; the images set HOME=/tmp.
-    - `-e K=V` for each `env` entry.
+    - `-e K=V` for each `env` entry; `-e K` for each name in `forward_env`: the docker client's own
+      value of K (such as the TF_RECIPES_FAULT_* variables a test gives `invoke run`), not written into
+      the command.
     - Never `--privileged`. `--cap-add SYS_ADMIN` only with `profile=True`: GPU profilers (Nsight)
       read the performance counters, which needs it.
     - `-it` only with `interactive=True` (a terminal; CI has none).
@@ -222,6 +224,8 @@ def build_docker_run_command(image: str, inner_argv: Sequence[str], *, gpus: Gpu
         argv += ["--mount", _bind_mount("--results-dir", results_dir, CONTAINER_RESULTS_DIR, readonly=False)]
     for key, value in env.items():
         argv += ["-e", f"{_require_key('environment variable', key)}={value}"]
+    for key in forward_env:
+        argv += ["-e", _require_key("environment variable", key)]
     argv.append(image)
     argv += list(inner_argv)
     return argv

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from commands.choices import PREFLIGHT_MODULE
 from commands.containers import CONTAINER_DATA_DIR, CONTAINER_RESULTS_DIR, CONTAINER_WORKDIR
 from commands.launch import (LaunchError, build_launch, build_train_command, check_choice, launch_environment,
                              shell_join)
@@ -265,7 +266,7 @@ def _mpijob(job: _Job, horovod_runner: str, ssh_auth_mount_path: str) -> list[di
                         hostfile_nodes=job.workers, ssh_options=SSH_OPTIONS)
     check = build_launch(job.recipe, "horovod", gpus=job.gpus_per_worker, train_args=job.preflight_args(),
                          horovod_runner=horovod_runner, hostfile="/etc/mpi/hostfile", hostfile_nodes=job.workers,
-                         ssh_options=SSH_OPTIONS, module=contract.PREFLIGHT_MODULE)
+                         ssh_options=SSH_OPTIONS, module=PREFLIGHT_MODULE)
     launcher_container = _container("launcher", job.image, job.command(plan.argv, check.argv), env=plan.env,
                                     resources=_resources(LAUNCHER_CPUS, LAUNCHER_MEMORY))
     # The operator's key Secret is mounted in a world-writable folder, which sshd's StrictModes
@@ -297,7 +298,7 @@ def _mpijob(job: _Job, horovod_runner: str, ssh_auth_mount_path: str) -> list[di
 def _multiworker_command(job: _Job) -> list[str]:
     return job.command(build_train_command(job.recipe, "multiworker", job.train_args),
                        build_train_command(job.recipe, "multiworker", job.preflight_args(),
-                                           module=contract.PREFLIGHT_MODULE))
+                                           module=PREFLIGHT_MODULE))
 
 
 def _tfjob(job: _Job) -> list[dict]:

@@ -10,8 +10,9 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from commands.choices import HOROVOD_RUNNERS
 from common import contract
-from common.contract import HOROVOD_RUNNERS, LAUNCHERS, launcher_trait
+from common.contract import LAUNCHERS, launcher_trait
 
 
 class LaunchError(ValueError):
@@ -85,7 +86,7 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     `nsys_output` (a folder) wraps every training process in Nsight Systems' `nsys profile`, one
     report per process (%p is its pid), inside whatever starts the processes.
 
-    `module` (such as common.contract.PREFLIGHT_MODULE) starts `python -m MODULE` in every process
+    `module` (such as commands.choices.PREFLIGHT_MODULE) starts `python -m MODULE` in every process
     instead of the recipe's train.py, with the same launcher, processes and environment.
     """
     check_choice("launcher", launcher, LAUNCHERS)

@@ -49,6 +49,10 @@ NAMING_PLACES = (
     (r"^# ", r"(?= recipe\b)"),             # the Dockerfile's title: # NAME recipe image
     (r'^"""', "(?=:)"),                     # a script's title: """NAME: predict with ...
 )
+# The label of a line that exists because of distribution, as tests/unit/test_distributed_tags.py reads it:
+# a comment `# Distributed: ...` (or `# Horovod: ...`, `# Strategy: ...`); its text is the rest of the comment.
+LABEL = re.compile(r"#\s*((?:Distributed|Horovod|Strategy):\s*\S.*?)\s*$")
+
 # A name with a hyphen is no word and no Python name, so a string that is it, or begins with it as a
 # word, names the recipe too: Trainer(launcher, "cassava-resnet"), "cassava-resnet input pipeline".
 HYPHENATED_PLACES = ((r"[\"']", r"(?=[\"' :)])"),)
@@ -127,6 +131,32 @@ def rename_file(path: str, content: bytes, source: str, name: str) -> bytes:
     return renamed.encode("utf-8")
 
 
+def distributed_labels(files: dict[str, bytes]) -> list[tuple[str, str]]:
+    """(file, label text) of every distributed label in a recipe folder's own .py files (`files`: path in
+    the folder -> content), train.py first and then by name, line by line: what its README lists."""
+    found = []
+    for path in sorted((p for p in files if p.endswith(".py") and "/" not in p), key=lambda p: (p != "train.py", p)):
+        lines = [line for line in re.split(r"(?<=\n)", as_text(files[path]) or "") if line]
+        try:
+            notes = [token.string for token in tokenize.generate_tokens(iter(lines).__next__)
+                     if token.type == tokenize.COMMENT]
+        except (tokenize.TokenError, SyntaxError):
+            continue  # not Python the tests could read either
+        found += [(path, match.group(1)) for note in notes if (match := LABEL.match(note))]
+    return found
+
+
+def labels_list(labels: list[tuple[str, str]]) -> str:
+    """The Markdown list of a recipe README's "What makes it distributed": each file, then its labels."""
+    lines, current = [], None
+    for file, text in labels:
+        if file != current:
+            lines.append(f"- [`{file}`]({file})")
+            current = file
+        lines.append(f"  - {text}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def _strings_and_comments(text: str) -> list[tuple[int, int]]:
     """(start, end) offsets in `text` of its string literals (f-strings whole) and comments."""
     lines = [line for line in re.split(r"(?<=\n)", text) if line]  # as tokenize reads them
@@ -155,9 +185,10 @@ README_SECTIONS = ("Overview", "Feature matrix", "Quick start", "Your own data",
                    "Performance", "Tests")
 
 
-def readme(name: str, source: str, title: str) -> str:
+def readme(name: str, source: str, title: str, labels: list[tuple[str, str]] = ()) -> str:
     """The new recipe's README, in the template of every recipe README (README_SECTIONS): what it
-    started from, the commands that run it, and where each part of the template is to be filled in."""
+    started from, the commands that run it, and where each part of the template is to be filled in.
+    `labels` (distributed_labels of the new folder) are listed under "What makes it distributed"."""
     what = f" ({title})" if title else ""
     origin = f"../{source}/README.md"
     return f"""# {name}
@@ -197,8 +228,13 @@ What `{source}` reads is in [its README]({origin}#your-own-data); the data secti
 
 ## What makes it distributed
 
-The lines of `{source}`, labelled where they live: [its list]({origin}#what-makes-it-distributed), and
-`grep -rn "# Distributed:\\|# Horovod:\\|# Strategy:" common recipes/{name}`.
+Every line of this folder that exists only because there is more than one replica carries a
+`# Distributed: ...` label where it stands (`grep -n "# Distributed:" *.py`); these are all of them, as
+`{source}` had them. `tests/unit/test_distributed_tags.py` fails when this list and the labels differ, and
+`python tests/unit/test_distributed_tags.py {name}` prints the list as it should be.
+
+{labels_list(labels)}
+What happens inside the library: [the library's launcher API](../../docs/library.md#launchers).
 
 ## Performance
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 import re
 import shlex
 
+from commands.choices import PREFLIGHT_MODULE
 from commands.containers import mount_path_problem
 from commands.launch import LaunchError, ShellWord, build_train_command, check_choice, shell_join
 from common import contract
-from common.contract import EXIT_STOPPED, LAUNCHERS, PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_MODULE, launcher_trait
+from common.contract import EXIT_STOPPED, LAUNCHERS, PREFLIGHT_DEFAULT_DEADLINE, launcher_trait
 
 DEFAULT_SIGNAL_GRACE = 120
 

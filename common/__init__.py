@@ -9,7 +9,8 @@ between launchers lives here, so the recipes stay plain.
 - `training`: the one training loop (steps per call, the replica step, evaluation);
 - `checkpoints`: checkpoint and resume, and the stop with a checkpoint;
 - `reporting`: progress, TensorBoard, the replicas' fingerprints and loss scales, results.json;
-- `test_hooks`: the faults a test asks for and the download host; a normal run sets none;
+- `test_hooks`: the faults a test asks for (TF_RECIPES_FAULT_* variables) and the download host; a
+  normal run sets none;
 - `data`: sharding and the global order of examples, the same under every launcher;
 - `image_folder`: `--data-format image-folder`, a folder of class-named subfolders of photos;
 - `user_paths`: the paths a user hands a run: a folder's regular files (anything else named, never

@@ -10,7 +10,7 @@ import math
 import os
 import sys
 
-from common import contract, test_hooks, user_paths
+from common import contract, user_paths
 from common.contract import COLLECTIVES, LAUNCHERS
 from common.stopping import peer_error_summary
 
@@ -116,17 +116,6 @@ def loss_scale(text: str) -> float:
                  "3.4e38 (float32), e.g. 32768")
 
 
-def replica_at_step(text: str) -> tuple[int, int]:
-    """--fault-overflow R:STEP, R >= 0 and STEP >= 1."""
-    try:
-        replica, step = (int(part) for part in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not REPLICA:STEP, e.g. 1:3") from None
-    if replica < 0 or step < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: need REPLICA >= 0 and STEP >= 1")
-    return replica, step
-
-
 def add_precision_flags(group) -> None:
     """--amp [DTYPE] and --loss-scale-initial (common.training.configure_precision and Trainer)."""
     group.add_argument("--amp", nargs="?", const="auto", default=None, choices=AMP_DTYPES, metavar="DTYPE",
@@ -154,13 +143,12 @@ def folder_flags_problem(args) -> str | None:
 
 
 class TrainingParser(argparse.ArgumentParser):
-    """argparse's parser that also hands the test hooks of every command line it parses (the --fault-*
-    flags) to common.test_hooks, where the training loop finds them; a recipe never passes them on. It
-    refuses, in one line with exit status 2, folder flags that name a file or put an output on the data."""
+    """argparse's parser that also refuses, in one line with exit status 2, folder flags that name a file
+    or put an output on the data. Parsing sets nothing outside the namespace it returns (the faults a
+    test asks for come from the environment: common/test_hooks.py)."""
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
-        test_hooks.record(namespace)
         user_paths.exit_if(folder_flags_problem(namespace))
         return namespace, extras
 
@@ -213,16 +201,6 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
                      help="first steps left out of the throughput figures (tracing, autotuning)")
     out.add_argument("--profile", type=step_window, default=None, metavar="START:END",
                      help="write a TensorBoard profiler trace of steps START+1..END to RESULTS/profile")
-    # Test hooks (common/test_hooks.py says who sets each and why); a normal run sets none.
-    out.add_argument("--fault-desync-replica", type=non_negative_int, default=None, metavar="R",
-                     help="testing only: perturb replica R's weights before the final check, "
-                          "to see the desync guard stop the run")
-    out.add_argument("--fault-overflow", type=replica_at_step, default=None, metavar="R:STEP",
-                     help="testing only (float16): make replica R's gradients overflow at step STEP, to see "
-                          "every replica skip that step and halve the loss scale alike")
-    out.add_argument("--fault-slow-step", type=non_negative_float, default=0.0, metavar="SECONDS",
-                     help="testing only: wait this long per training step (timed as step time), "
-                          "to see a throughput regression caught")
     return parser
 
 

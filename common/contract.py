@@ -1,9 +1,12 @@
 """The contract between a recipe's train.py and everything that starts it or reads what it wrote.
 
 One place for the names every part agrees on: the launchers and collectives a train.py accepts,
-where a job runs and on which image, the exit statuses and the errors that lead to each, and the
-fields every results.json holds. `invoke`, the builders in commands/, the nightly and the benchmarks
-read them from here; common/ raises and writes them.
+the software stacks, the exit statuses and the errors that lead to each, the fields every results.json
+holds and the files of the export. `invoke`, the builders in commands/, the nightly and the benchmarks
+read them from here; common/ raises and writes them. Every name here is used inside a training image
+(by common/, a recipe or tools/); the names only the host side uses (runtimes, image bases, Horovod
+runners, the preflight's module) are commands/choices.py's, and tests/unit/test_layout.py keeps them
+apart.
 
 This module imports nothing, so anything may import it without an import loop and without
 loading TensorFlow.
@@ -44,27 +47,21 @@ def launcher_trait(launcher: str, trait: str):
 
 
 COLLECTIVES = ("auto", "ring", "nccl")  # multiworker all-reduce implementations
-HOROVOD_RUNNERS = ("horovodrun", "mpirun")  # what starts the Horovod processes
-RUNTIMES = ("local", "docker", "apptainer")  # where the processes run
-BASES = ("ngc", "gpu", "cpu")  # image variants: NVIDIA's TensorFlow image, images/current's gpu target, a CPU image
 
 # -- the software stacks (each pinned by its pip constraints file, stacks/NAME.txt) --------------------
 # ngc-25.02: the TensorFlow of NVIDIA's last NGC TensorFlow image (TF 2.17), the only one Horovod
-# 0.28.1 builds against. current: the newest TensorFlow release, for today's Pythons.
+# 0.28.1 builds against. current: the newest TensorFlow release, for today's Pythons. A train.py asked
+# for Horovod finds the stack of its TensorFlow (stack_of_tensorflow); the stacks' image bases and
+# constraints files are the host side's (commands/choices.py).
 STACKS = ("ngc-25.02", "current")
 DEFAULT_STACK = "ngc-25.02"
 STACK_LAUNCHERS = {
     "ngc-25.02": LAUNCHERS,
     "current": ("single", "mirrored", "multiworker"),
 }
-# The image bases of each stack, the GPU one first: ngc is nvcr.io/nvidia/tensorflow:25.02-tf2-py3,
-# gpu images/current's gpu target (TensorFlow with the CUDA wheels it was built for), cpu images/cpu or
-# images/current's cpu target.
-STACK_BASES = {"ngc-25.02": ("ngc", "cpu"), "current": ("gpu", "cpu")}
 # The oldest TensorFlow of each stack (stacks/NAME.txt pins the exact release); the stack of a
 # Python environment is the newest stack whose first TensorFlow it has.
 STACK_FIRST_TENSORFLOW = {"ngc-25.02": (2, 17), "current": (2, 20)}
-STACK_FILE = "stacks/{stack}.txt"
 
 
 def stack_of_tensorflow(version: str) -> str:
@@ -85,13 +82,6 @@ EXIT_CLUSTER = 4  # the cluster did not form, or a peer was lost mid-run (infras
 # what a stopped process conventionally reports, and inside the range (128-255) that Kubeflow's
 # `restartPolicy: ExitCode` treats as retryable.
 EXIT_STOPPED = 143
-EXIT_STATUSES = {
-    EXIT_DONE: "finished; results.json written",
-    EXIT_USER_ERROR: "a user mistake or bad data; nothing written",
-    EXIT_DESYNC: "the replicas finished with different weights; no results.json",
-    EXIT_CLUSTER: "the cluster did not form, or a peer was lost (retry)",
-    EXIT_STOPPED: "stopped on a signal with a checkpoint (retry with --resume)",
-}
 
 
 class UserError(Exception):
@@ -151,7 +141,6 @@ STOPPED_FILE = "stopped.json"  # {"step", "total_steps", "signal"}: the job stop
 
 # -- the exported model (common/export.py writes it at the end of a run; predict.py reads it) ---------
 EXPORT_DIR = "export"  # RESULTS/export: a TF Serving model base
-EXPORT_VERSION = "1"  # RESULTS/export/1/saved_model.pb
 EXPORT_SIGNATURE = "serving_default"
 EXPORT_INPUT = "images"  # tf.string [None]: encoded JPEG/PNG/BMP/GIF files
 EXPORT_INFO_FILE = "model.json"  # {"recipe", "task", "image_size", "channels", "outputs"}
@@ -185,7 +174,6 @@ def class_name_problem(name) -> str | None:
 
 
 # -- the preflight check (`invoke preflight`, `python -m tools.preflight`) ----------------------------
-PREFLIGHT_MODULE = "tools.preflight"  # what the launchers start instead of a recipe's train.py
 PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)
 PREFLIGHT_RANKS_DIR = "preflight-ranks"  # one heartbeat file per rank, beside preflight.json
 PREFLIGHT_DEFAULT_DEADLINE = 120  # seconds for the whole check, from each process's start

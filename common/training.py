@@ -136,7 +136,8 @@ class Trainer:
     steps_per_loop: int = 1  # training steps per compiled call; the host reads outputs only between calls
     seed: int | None = None  # the data-order seed; a resume must use the same one
     loss_scale_initial: float = LOSS_SCALE_INITIAL  # float16 (mixed_float16) only: the first loss scale
-    faults: test_hooks.Faults = field(default_factory=test_hooks.faults)  # the command line's; none in a normal run
+    # The faults a test asks for, read from the environment once, here (common/test_hooks.py); none in a normal run.
+    faults: test_hooks.Faults = field(default_factory=test_hooks.faults)
     export: bool = True  # the run ends with an export (--no-export: False); its folder is checked first
 
     def __post_init__(self):
@@ -191,7 +192,7 @@ class Trainer:
         model, optimizer, launcher = self.model, self.optimizer, self.launcher
         variables = model.trainable_variables
         global_batch = float(self.global_batch)
-        overflow_fault = self.faults.overflow  # a test hook: --fault-overflow R:STEP
+        overflow_fault = self.faults.overflow  # a test hook: TF_RECIPES_FAULT_OVERFLOW=R:STEP
 
         # XLA, when asked, compiles one replica's forward and backward pass; the gradient
         # aggregation stays outside it, where the strategies and Horovod insert their collectives.
@@ -324,7 +325,7 @@ class Trainer:
         """The end of fit: every replica's weights, batch-norm statistics and loss scale must be
         bit-identical (DesyncError otherwise); their fingerprints and loss scales go to results.json."""
         trainable, drifting = replica_state(self.model)
-        if self.faults.desync_replica is not None:  # a test hook: --fault-desync-replica R
+        if self.faults.desync_replica is not None:  # a test hook: TF_RECIPES_FAULT_DESYNC_REPLICA=R
             test_hooks.desync_replica(replica_copies(trainable[0]), self.launcher, self.faults.desync_replica)
         # Distributed: the loss scales must agree
         self.loss_scaling = reporting.gather_loss_scaling(self.launcher, self.optimizer, int(self.step.numpy()))

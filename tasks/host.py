@@ -13,7 +13,7 @@ import sys
 
 from invoke import Exit
 
-from commands import launch
+from commands import choices, launch
 from common import atomic, contract, stopping, user_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,9 +91,9 @@ def git_revision() -> str:
 def check_stack(stack: str, base: str | None = None) -> None:
     """A LaunchError for an unknown stack, or a base the stack has no image on."""
     launch.check_choice("stack", stack, contract.STACKS)
-    if base is not None and base not in contract.STACK_BASES[stack]:
+    if base is not None and base not in choices.STACK_BASES[stack]:
         raise launch.LaunchError(f"the {stack} stack has no {base!r} base; choose one of: "
-                                 f"{', '.join(contract.STACK_BASES[stack])}")
+                                 f"{', '.join(choices.STACK_BASES[stack])}")
 
 
 def base_image(c, stack: str, base: str) -> str:

@@ -10,7 +10,7 @@ import tempfile
 
 from invoke import Exit, task
 
-from commands import containers, launch
+from commands import choices, containers, launch
 from common import contract
 from tasks import host
 
@@ -38,8 +38,8 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
     """Build the image of RECIPE for a stack, on its GPU or its CPU base image."""
     try:
         host.check_recipe(recipe, "build")
-        base = base or contract.STACK_BASES.get(stack, ("ngc",))[0]
-        launch.check_choice("base", base, contract.BASES)
+        base = base or choices.STACK_BASES.get(stack, ("ngc",))[0]
+        launch.check_choice("base", base, choices.BASES)
         host.check_stack(stack, base)
         launch.check_choice("runtime", runtime, ("docker", "apptainer"))
         launch.check_choice("sif-compression", sif_compression, tuple(containers.SIF_COMPRESSION_ARGS))
@@ -273,7 +273,7 @@ def build_base_image(c, stack: str, kind: str, base: str, ca_bundle: str | None,
         host.fail(str(error))
     if (stack, kind) not in BASE_DOCKERFILES:
         built = " or ".join(s for s, k in BASE_DOCKERFILES if k == kind)
-        host.fail(f"the {stack} stack's {kind} base is {host.base_image(c, stack, contract.STACK_BASES[stack][0])}, "
+        host.fail(f"the {stack} stack's {kind} base is {host.base_image(c, stack, choices.STACK_BASES[stack][0])}, "
                   f"which is pulled, not built here; --stack {built} has one to build")
     dockerfile, target, build_args = BASE_DOCKERFILES[stack, kind]
     cfg = host.settings(c)

@@ -15,6 +15,7 @@ from argparse import ArgumentTypeError
 
 from invoke import Exit, task
 
+from commands import choices
 from common import contract
 from common.cli import at_least, positive_int
 from tools.preflight import MIN_DEADLINE, parse_size
@@ -129,7 +130,7 @@ def preflight(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="aut
     job = prepare_job(c, recipe, "preflight", args, gpus=gpus, cpu_replicas=cpu_replicas, launcher=launcher,
                       runtime=runtime, horovod_runner=horovod_runner, base=base, image=image, data_dir=None,
                       results_dir=results_dir, hosts=hosts, node_index=node_index, port_base=port_base,
-                      stack=stack, dry=dry, module=contract.PREFLIGHT_MODULE)
+                      stack=stack, dry=dry, module=choices.PREFLIGHT_MODULE)
     if dry:
         host.show(job.argv, job.env)
         return

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 from invoke import Exit, task
 
-from commands import containers, launch
-from common import contract, stopping, user_paths
+from commands import choices, containers, launch
+from common import contract, stopping, test_hooks, user_paths
 from tasks import host
 
-RUNTIMES = ("auto", *contract.RUNTIMES)
+RUNTIMES = ("auto", *choices.RUNTIMES)
 
 
 def _runtime(runtime: str, docker: str) -> str:
@@ -79,18 +79,21 @@ def _stack(stack: str, runtime: str, launcher: str) -> str:
 
 def _in_runtime(c, plan, *, recipe, runtime, stack, base, image, gpus, data_dir, results_dir, nsys, multi_host,
                 docker, dry):
-    """(argv, env) that start the launch plan in its runtime."""
+    """(argv, env) that start the launch plan in its runtime. The faults a test asks for
+    (common.test_hooks.FAULT_ENVS, in invoke's environment) reach the processes: a local run inherits them,
+    a container is given them."""
     env = dict(plan.env)
     cfg = host.settings(c)
     if runtime == "local":
         return plan.argv, {**env, "PYTHONPATH": host.ROOT}
+    faults = {name: os.environ[name] for name in test_hooks.FAULT_ENVS if os.environ.get(name)}
     if runtime == "docker":
         image = image or host.image_tag(c, recipe, base, stack)
         if not dry and not host.docker_image_exists(docker, image):
             host.fail(f"image {image} is not built; run `invoke build {recipe} --stack {stack} --base {base}` first")
         return containers.build_docker_run_command(
-            image, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
-            user=f"{os.getuid()}:{os.getgid()}", profile=nsys,
+            image, plan.argv, gpus=gpus, env=env, forward_env=sorted(faults), data_dir=data_dir,
+            results_dir=results_dir, user=f"{os.getuid()}:{os.getgid()}", profile=nsys,
             network="host" if multi_host else None,  # workers on other hosts reach these ports
             memlock=int(cfg["memlock"]) if str(cfg["memlock"]) else None,
             name=launch.container_name(recipe, results_dir, str(os.getpid())), docker=docker), {}
@@ -105,7 +108,7 @@ def _in_runtime(c, plan, *, recipe, runtime, stack, base, image, gpus, data_dir,
     if gpus:
         env.pop("CUDA_VISIBLE_DEVICES")  # apptainer exec sets it from --gpus
     return containers.build_apptainer_exec_command(
-        sif, plan.argv, gpus=gpus, env=env, data_dir=data_dir, results_dir=results_dir,
+        sif, plan.argv, gpus=gpus, env={**env, **faults}, data_dir=data_dir, results_dir=results_dir,
         apptainer=cfg["apptainer"]), {}
 
 
@@ -133,7 +136,7 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
         docker = host.docker_client(c)
         runtime = _runtime(runtime, docker)
         stack = _stack(stack, runtime, launcher)
-        base = base or ("cpu" if gpus == 0 else contract.STACK_BASES[stack][0])
+        base = base or ("cpu" if gpus == 0 else choices.STACK_BASES[stack][0])
         if runtime != "local":
             host.check_stack(stack, base)
         given_results_dir = results_dir

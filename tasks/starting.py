@@ -82,7 +82,8 @@ def new(c, name, from_="mnist-cnn", add_to_nightly=False, dry=False):
     folder = os.path.join(host.ROOT, "recipes", source)
     copied, executable, left_out = source_files(folder)
     files = {path: scaffold.rename_file(path, content, source, name) for path, content in copied.items()}
-    files["README.md"] = scaffold.readme(name, source, _title(folder)).encode("utf-8")
+    files["README.md"] = scaffold.readme(name, source, _title(folder), scaffold.distributed_labels(files)).encode(
+        "utf-8")
     rendered = launch_files.launch_files(name)
     files.update({f"{launch_files.FOLDER}/{filename}": text.encode("utf-8") for filename, text in rendered.items()})
     executable |= {path for path in files if path.endswith((".sh", ".sbatch"))}

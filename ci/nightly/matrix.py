@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from common.contract import (BASES, DEFAULT_STACK, RESULT_FIELDS, RUNTIMES, STACK_BASES, STACK_LAUNCHERS,
-                             STACKS)
+from commands.choices import BASES, RUNTIMES, STACK_BASES
+from common.contract import DEFAULT_STACK, RESULT_FIELDS, STACK_LAUNCHERS, STACKS
 
 TIERS = ("smoke", "cpu", "gpu")
 # Parity tolerances of tests/integration/test_mnist_launchers.py: float32 sums in another order move the last
@@ -59,6 +59,7 @@ class Cell:
     reference: str  # the launcher of the recipe's reference cell
     parity: bool = True  # compared with the reference cell (false: the recipe's `no_parity` launchers)
     stack: str = DEFAULT_STACK  # stacks/STACK.txt: the software the image holds
+    env: tuple[tuple[str, str], ...] = ()  # (NAME, VALUE) for `invoke run`'s environment: the launcher's `env`
 
     @property
     def image(self) -> str:
@@ -107,6 +108,21 @@ class Matrix:
     tiers: dict
     readme: list = field(default_factory=list)
     regression: dict = field(default_factory=dict)
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_env(env, where: str) -> None:
+    """A launcher's `env`: a mapping of environment variable names to plain values (such as the control
+    cells' TF_RECIPES_FAULT_* variables, common/test_hooks.py)."""
+    if not isinstance(env, dict):
+        raise MatrixError(f"{where}.env: expected a mapping of environment variables to values, got {env!r}")
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise MatrixError(f"{where}.env: {name!r} is not an environment variable name (letters, digits, _)")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise MatrixError(f"{where}.env.{name}: expected a string or a number, got {value!r}")
 
 
 def _need(mapping, key, kind, where):
@@ -164,6 +180,7 @@ def load_matrix(path: str) -> Matrix:
         _need(spec, "flags", list, f"{path}: launchers.{name}")
         if not isinstance(spec.get("args", []), list):
             raise MatrixError(f"{path}: launchers.{name}.args: expected a list of train.py arguments")
+        _check_env(spec.get("env", {}), f"{path}: launchers.{name}")
     for name, spec in recipes.items():
         where = f"{path}: recipes.{name}"
         _need(spec, "global_batch", int, where)
@@ -221,7 +238,8 @@ def expand(matrix: Matrix, tier: str) -> list[Cell]:
             train_args=tuple(str(a) for a in [*recipe_spec["args"], *matrix.launchers[launcher].get("args", [])]),
             global_batch=recipe_spec["global_batch"], time_limit=float(recipe_spec["time_limit"]),
             reference=recipe_spec["reference"],
-            parity=launcher not in recipe_spec.get("no_parity", []), stack=stack))
+            parity=launcher not in recipe_spec.get("no_parity", []), stack=stack,
+            env=tuple((name, str(value)) for name, value in matrix.launchers[launcher].get("env", {}).items())))
     return cells
 
 
@@ -251,10 +269,12 @@ def select(cells: list[Cell], only: str | None) -> list[Cell]:
 
 def cell_command(cell: Cell, results_dir: str, data_dir: str | None,
                  invoke: tuple[str, ...] = ("invoke",)) -> list[str]:
-    """The `invoke run` command of a cell, as a user would type it."""
+    """The `invoke run` command of a cell, as a user would type it; with the launcher's `env`, after
+    `env NAME=VALUE ...`, so that the command run and the command shown are one."""
     count = ["--gpus", str(cell.gpus)] if cell.gpus else ["--gpus", "0", "--cpu-replicas", str(cell.replicas)]
     data = ["--data-dir", data_dir] if data_dir else []
-    return [*invoke, "run", cell.recipe, *count, *cell.launcher_flags, "--runtime", cell.runtime,
+    env = ["env", *(f"{name}={value}" for name, value in cell.env)] if cell.env else []
+    return [*env, *invoke, "run", cell.recipe, *count, *cell.launcher_flags, "--runtime", cell.runtime,
             "--stack", cell.stack, "--base", cell.base, *data, "--results-dir", results_dir, "--",
             *cell.train_args, "--batch-size", str(cell.global_batch // cell.replicas)]
 

@@ -11,7 +11,8 @@ import os
 import xml.etree.ElementTree as ET
 
 from ci.nightly import matrix as nightly
-from common.contract import DEFAULT_STACK, STACK_BASES
+from commands.choices import STACK_BASES
+from common.contract import DEFAULT_STACK
 
 MARK = {"pass": "✅ pass", "fail": "❌ **fail**"}
 

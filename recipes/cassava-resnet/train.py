@@ -77,7 +77,9 @@ def load_train_split(args, launcher):
     if args.data_format == "image-folder":  # the user's photos: same cache, same sharded order
         builder = read_image_folder(args.data_dir, args.val_fraction, args.seed)
     else:
+        # Distributed: a job of several processes never downloads
         builder = input_pipeline.cassava_builder(args.data_dir, allow_download=launcher.num_workers == 1)
+    # Distributed: every pipeline caches its share of the photos, then waits for the others'
     arrays = input_pipeline.cache_split(builder, "train", args.image_size, cache_root(args),
                                         launcher.input_shard(args.batch_size), barrier=launcher.barrier,
                                         log=lambda message: print(message, flush=True))  # every pipeline
@@ -93,11 +95,15 @@ def make_eval_dataset(builder, args, launcher):
     """This process's share of the validation photos (every process evaluates one share)."""
     if builder is None:
         arrays = input_pipeline.synthetic_split(128, args.image_size, args.seed + 1)
+        # Distributed: this process's share of the generated validation photos
         return input_pipeline.arrays_dataset(arrays, 64, launcher.eval_share(len(arrays)))
     if input_pipeline.is_folder(builder):  # cached too: an unreadable val photo is named before training
+        # Distributed: every pipeline caches its share of the validation photos, then waits for the others'
         arrays = input_pipeline.cache_split(builder, "validation", args.image_size, cache_root(args),
                                             launcher.input_shard(args.batch_size), barrier=launcher.barrier)
+        # Distributed: this process's share of the validation photos
         return input_pipeline.arrays_dataset(arrays, 64, launcher.eval_share(len(arrays)))
+    # Distributed: this process's share of the TFDS validation split
     share = launcher.eval_share(input_pipeline.split_size(builder, "validation"))
     return input_pipeline.make_eval_dataset(builder, "validation", args.image_size, batch_size=64, share=share)
 
@@ -218,7 +224,7 @@ TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
 
-    # The launcher comes first: it may split the CPU into logical devices before TF initialises.
+    # Distributed: the launcher (--launcher), first: it may split the CPU into replicas before TF starts
     launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
     precision = training.configure_precision(args.amp)
@@ -237,13 +243,14 @@ def main(args):
         steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
         export=args.export)
 
-    with launcher.scope():
+    with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(args.image_size, weights, len(class_names))
+        # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
         rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
         optimizer = keras.optimizers.Adam(rate)
     trainer.setup(model, optimizer)
 
-    dataset = launcher.distribute_dataset(
+    dataset = launcher.distribute_dataset(  # Distributed: one input pipeline per process, split over its replicas
         lambda shard: input_pipeline.make_train_dataset(train_arrays, shard, trainer.total_steps, args.seed,
                                                         trainer.start_step),
         args.batch_size)

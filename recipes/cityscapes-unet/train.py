@@ -123,6 +123,7 @@ def describe_data(args, launcher):
     prepared folder's (Cityscapes' 8 categories, or the user's classes of prepare_data.py --format
     pairs), or, for generated data, Cityscapes' categories at the full size or --crop."""
     if args.benchmark or args.synthetic:
+        # Distributed: generated examples for the steps of the global batch (per-replica batch x replicas)
         num_examples = (args.max_steps or 20) * args.batch_size * launcher.num_replicas
         return num_examples, list(CATEGORY_NAMES), list(CATEGORY_COLOURS), args.crop or FULL_SIZE
     if not args.data_dir:
@@ -140,9 +141,10 @@ def describe_data(args, launcher):
 
 
 def synthetic_dataset(shard, height, width, steps, seed):
-    rng = np.random.default_rng(seed + shard.pipeline_id)
+    rng = np.random.default_rng(seed + shard.pipeline_id)  # Distributed: each input pipeline draws its own batch
     images = rng.random((shard.per_replica_batch, height, width, 3), dtype=np.float32)
     labels = rng.integers(0, NUM_CATEGORIES, (shard.per_replica_batch, height, width), dtype=np.int32)
+    # Distributed: the replicas this input pipeline feeds, each a batch per step
     local_replicas = shard.global_batch // shard.num_pipelines // shard.per_replica_batch
     return tf.data.Dataset.from_tensors((images, labels)).repeat(steps * local_replicas)
 
@@ -163,7 +165,8 @@ TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize
 
 def evaluate(args, launcher, trainer, model, palette):
     """Mean IoU on the val images, and --predict-dir's PNGs: results.json's final_metrics."""
-    # Every process evaluates its own share of the val images; the sums are added up over processes.
+    # Distributed: this process's share of the val images
+    # (every process evaluates its own share; the sums are added up over processes)
     share = launcher.eval_share(data.num_examples(args.data_dir, "val"))
     val = trainer.evaluate(
         data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size, size=args.eval_size,
@@ -195,7 +198,7 @@ def write_predictions(model, data_dir, folder, count, eval_size, colours):
 def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
 
-    # The launcher comes first: it may split the CPU into logical devices before TF initialises.
+    # Distributed: the launcher (--launcher), first: it may split the CPU into replicas before TF starts
     launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
     precision = training.configure_precision(args.amp)
@@ -210,8 +213,9 @@ def main(args):
         steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
         export=args.export)
 
-    with launcher.scope():
+    with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(args, len(class_names))
+        # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
         rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
         optimizer = keras.optimizers.Adam(rate)
     trainer.setup(model, optimizer)
@@ -225,6 +229,7 @@ def main(args):
 
     # A file that fails to decode mid-run is named by re-reading the examples of the failing step.
     explain = None if synthetic else data.explain_train_error(args.data_dir, trainer.global_batch, args.seed)
+    # Distributed: one input pipeline per process, split over its replicas
     trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK, explain_input_error=explain)
 
     final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette)

@@ -164,6 +164,7 @@ def load_mnist(data_dir, synthetic, seed):
 
 
 def make_train_dataset(images, labels, shard, total_steps, seed, start_step):
+    # Distributed: this pipeline's slice of every global batch
     order = sharded_order(len(images), shard, total_steps, seed, start_step)
     images, labels = tf.constant(images), tf.constant(labels, tf.int32)
     dataset = tf.data.Dataset.from_tensor_slices(order).batch(shard.per_replica_batch, drop_remainder=True)
@@ -204,7 +205,7 @@ TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 def main(args):
     results_dir = args.results_dir or os.path.join("results", RECIPE)
 
-    # The launcher comes first: it may split the CPU into logical devices before TF initialises.
+    # Distributed: the launcher (--launcher), first: it may split the CPU into replicas before TF starts
     launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
     precision = training.configure_precision(args.amp)
@@ -222,21 +223,22 @@ def main(args):
         steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
         export=args.export)
 
-    with launcher.scope():
+    with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(dropout=not args.no_dropout, num_classes=len(names))
+        # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
         rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
         optimizer = (keras.optimizers.Adam(rate) if args.optimizer == "adam"
                      else keras.optimizers.SGD(rate, momentum=0.9))
     trainer.setup(model, optimizer)
 
-    dataset = launcher.distribute_dataset(
+    dataset = launcher.distribute_dataset(  # Distributed: one input pipeline per process, split over its replicas
         lambda shard: make_train_dataset(x_train, y_train, shard, trainer.total_steps, args.seed,
                                          trainer.start_step),
         args.batch_size)
     trainer.fit(dataset, TASK)
 
     # Every process evaluates its own share of the test set; the sums are added up over processes.
-    share = launcher.eval_share(len(x_test))
+    share = launcher.eval_share(len(x_test))  # Distributed: this process's share of the test set
     test_metrics = trainer.evaluate(make_eval_dataset(x_test[share], y_test[share]), TASK)
     training.log(launcher, f"test: loss {test_metrics['loss']:.4f}  accuracy {test_metrics['accuracy']:.4f}")
     data = "synthetic" if args.synthetic else args.data_format

@@ -1,5 +1,6 @@
 """The desync guard: a run whose replicas end with different weights must fail, loudly, and write
-no results. One replica's weights are perturbed on purpose (--fault-desync-replica) after training.
+no results. One replica's weights are perturbed on purpose after training (TF_RECIPES_FAULT_DESYNC_REPLICA,
+common/test_hooks.py).
 The check itself (common.results.check_in_sync): tests/unit/test_desync_check.py."""
 import pytest
 
@@ -14,7 +15,7 @@ def test_a_perturbed_replica_fails_the_run(tmp_path, launcher, request):
         request.getfixturevalue("require_horovod")
     process = run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher, "--cpu-replicas", "2",
                          "--runtime", "local", "--results-dir", str(tmp_path), "--",
-                         "--synthetic", "--max-steps", "3", "--fault-desync-replica", "1")
+                         "--synthetic", "--max-steps", "3", env={"TF_RECIPES_FAULT_DESYNC_REPLICA": "1"})
     assert process.returncode != 0
     output = process.stdout + process.stderr
     assert "replicas finished with different weights" in output

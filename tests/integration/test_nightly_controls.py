@@ -30,10 +30,10 @@ regression: {window: 7, min_nights: 1, drop: 0.25}
 launchers:
   single: {replicas: 1, flags: [--launcher, single]}
   mirrored: {replicas: 2, flags: [--launcher, mirrored]}
-  desync: {replicas: 2, flags: [--launcher, multiworker], args: [--fault-desync-replica, "1"]}
+  desync: {replicas: 2, flags: [--launcher, multiworker], env: {TF_RECIPES_FAULT_DESYNC_REPLICA: "1"}}
   different: {replicas: 2, flags: [--launcher, mirrored], args: [--lr, "0.003"]}
   crash: {replicas: 1, flags: [--launcher, single], args: [--epochs, "0"]}
-  slow: {replicas: 2, flags: [--launcher, mirrored], args: [--fault-slow-step, "0.1"]}
+  slow: {replicas: 2, flags: [--launcher, mirrored], env: {TF_RECIPES_FAULT_SLOW_STEP: "0.1"}}
 recipes:
   mnist-cnn:
     global_batch: 64
@@ -112,6 +112,13 @@ def test_each_bad_cell_is_named_in_the_summary_and_the_junit_file(controls, cell
     assert f"**{entry['id']}**" in (out / "summary.md").read_text()
     failure = junit_cases(out)[entry["id"]].find("failure")
     assert failure is not None and reason in failure.get("message")
+
+
+def test_a_control_cell_asks_for_its_fault_through_the_environment_of_its_command(controls):
+    _, report, _ = controls["first"]
+    entry = next(e for e in report["entries"] if e["id"] == "mnist-cnn/desync/local/cpu")
+    assert entry["command"][:3] == ["env", "TF_RECIPES_FAULT_DESYNC_REPLICA=1", "invoke"], entry["command"]
+    assert not [word for word in entry["command"] if word.startswith("--fault")]
 
 
 def test_a_hung_command_is_stopped_with_every_process_it_started(controls):

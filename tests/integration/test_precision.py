@@ -5,7 +5,7 @@ float16 is slow on the CPU but computes the same way as on a GPU: the LossScaleO
 loss, skips a step whose gradients overflowed and halves the scale. What must hold, under every launcher:
 
 - float16 + XLA, with a first loss scale so large that the first step overflows on its own, and one
-  replica's gradients overflowing on purpose at a later step (`--fault-overflow`; replica 1 where there
+  replica's gradients overflowing on purpose at a later step (TF_RECIPES_FAULT_OVERFLOW; replica 1 where there
   are two, since left to Keras the first replica of each process decides for it): every replica
   skips exactly those steps, the loss scale halves at each of them and stays equal on every replica,
   the replicas end bit-identical, and a run limited to 3 steps and resumed ends bit-identical to the
@@ -42,19 +42,22 @@ STEPS, RESUME_AT, FAULT_STEP = 6, 3, 5
 PARTS = ["--log-every", "3"]  # 3 steps per compiled call (--steps-per-loop stops at every logged step)
 
 
-def invoke_local(results_dir, launcher, *train_args):
+def invoke_local(results_dir, launcher, *train_args, env=None):
     """tests/integration/test_mnist_launchers.py's way of starting each launcher (invoke run --runtime
     local), with a deadline that ends a run whose replicas wait for each other forever."""
     return run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher,
                       "--cpu-replicas", str(REPLICAS[launcher]), "--runtime", "local",
-                      "--results-dir", str(results_dir), "--", *train_args, timeout=300)
+                      "--results-dir", str(results_dir), "--", *train_args, timeout=300, env=env)
 
 
 def float16_xla_args(launcher, steps):
-    fault_replica = REPLICAS[launcher] - 1
     return [*COMMON, "--batch-size", str(GLOBAL_BATCH // REPLICAS[launcher]), "--amp", "float16", "--xla",
-            "--loss-scale-initial", str(INITIAL_SCALE), "--fault-overflow", f"{fault_replica}:{FAULT_STEP}",
-            "--max-steps", str(steps)]
+            "--loss-scale-initial", str(INITIAL_SCALE), "--max-steps", str(steps)]
+
+
+def overflow_fault(launcher):
+    """The environment that makes the last replica's gradients overflow at FAULT_STEP (common/test_hooks.py)."""
+    return {"TF_RECIPES_FAULT_OVERFLOW": f"{REPLICAS[launcher] - 1}:{FAULT_STEP}"}
 
 
 ALONE = {"float16": ["--amp", "float16"], "xla": ["--xla"]}
@@ -90,10 +93,12 @@ def runs(tmp_path_factory, request):
             if launcher == "horovod":
                 request.getfixturevalue("require_horovod")
             tmp = tmp_path_factory.mktemp(f"precision-{launcher}")
-            made = {"whole": invoke_local(tmp / "whole", launcher, *float16_xla_args(launcher, STEPS)),
-                    "part": invoke_local(tmp / "parts", launcher, *float16_xla_args(launcher, RESUME_AT), *PARTS)}
+            fault = overflow_fault(launcher)
+            made = {"whole": invoke_local(tmp / "whole", launcher, *float16_xla_args(launcher, STEPS), env=fault),
+                    "part": invoke_local(tmp / "parts", launcher, *float16_xla_args(launcher, RESUME_AT), *PARTS,
+                                         env=fault)}
             made["resumed"] = invoke_local(tmp / "parts", launcher, *float16_xla_args(launcher, STEPS), *PARTS,
-                                           "--resume")
+                                           "--resume", env=fault)
             for name in ALONE:
                 made[name] = invoke_local(tmp / name, launcher, *alone_args(launcher, name))
             for process in made.values():

@@ -89,7 +89,8 @@ def test_an_interrupt_of_invoke_alone_stops_the_job_with_a_checkpoint_and_leaves
 
 
 def test_a_second_interrupt_kills_the_job_and_its_container(mnist_image, engine, tmp_path):
-    # Each step waits 5 s, so the first interrupt's stop is still under way when the second comes.
-    code, output, left = interrupted(tmp_path, engine, 2, 1, "--fault-slow-step", "5")
+    # Each step waits 5 s (a fault invoke passes into the container), so the first interrupt's stop is
+    # still under way when the second comes.
+    code, output, left = interrupted(tmp_path, {**engine, "TF_RECIPES_FAULT_SLOW_STEP": "5"}, 2, 1)
     assert code not in (0, 143), output[-5000:]
     assert not left, "the killed docker client left its container running"

@@ -10,9 +10,8 @@ from helpers import REPO, run_invoke
 RECIPES = ["mnist-cnn", "cassava-resnet", "cityscapes-unet"]
 
 # Shared by every train.py (common/cli.py training_parser).
-SHARED = [("--lr", "inf"), ("--join-timeout", "inf"),
-          ("--fault-slow-step", "-1"), ("--fault-slow-step", "nan"), ("--fault-slow-step", "inf"),
-          ("--fault-desync-replica", "-1"), ("--seed", "-1")]
+SHARED = [("--lr", "inf"), ("--lr", "nan"), ("--join-timeout", "inf"), ("--join-timeout", "-1"),
+          ("--seed", "-1")]
 # The recipes that train on your own photos (common/image_folder.py add_args).
 IMAGE_FOLDER = [("--val-fraction", "1.5"), ("--val-fraction", "0"), ("--val-fraction", "1"),
                 ("--val-fraction", "nan")]
@@ -61,12 +60,9 @@ def test_a_recipe_refuses_a_bad_number(recipe, flag, value, capsys):
 def test_a_recipe_keeps_its_defaults_and_valid_values(recipe):
     parse = recipe_parser(recipe)
     defaults = parse([])
-    assert defaults.lr > 0 and defaults.seed == 42 and defaults.fault_slow_step == 0.0
-    assert defaults.fault_desync_replica is None and defaults.join_timeout == 300.0
-    args = parse(["--lr", "0.5", "--seed", "0", "--fault-slow-step", "0", "--fault-desync-replica", "0",
-                  "--join-timeout", "30"])
-    assert (args.lr, args.seed, args.fault_slow_step, args.fault_desync_replica, args.join_timeout) == (
-        0.5, 0, 0.0, 0, 30.0)
+    assert defaults.lr > 0 and defaults.seed == 42 and defaults.join_timeout == 300.0
+    args = parse(["--lr", "0.5", "--seed", "0", "--join-timeout", "30"])
+    assert (args.lr, args.seed, args.join_timeout) == (0.5, 0, 30.0)
     if recipe != "cityscapes-unet":
         assert defaults.val_fraction is None and parse(["--val-fraction", "0.2"]).val_fraction == 0.2
     if recipe == "cityscapes-unet":

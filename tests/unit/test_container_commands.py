@@ -214,6 +214,8 @@ def test_user_env_network_name_and_terminal():
                name="mnist-1", interactive=True)
     assert flag_values(argv, "-u") == ["1000:1000"]
     assert flag_values(argv, "-e") == ["TF_CPP_MIN_LOG_LEVEL=2", "SEED=7"]
+    forwarded = run(env={"SEED": "7"}, forward_env=["TF_RECIPES_FAULT_SLOW_STEP"])
+    assert flag_values(forwarded, "-e") == ["SEED=7", "TF_RECIPES_FAULT_SLOW_STEP"]  # the client's own value
     assert flag_values(argv, "--network") == ["host"]
     assert flag_values(argv, "--name") == ["mnist-1"]
     assert "-it" in argv

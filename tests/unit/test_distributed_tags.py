@@ -1,10 +1,13 @@
-"""The lines that exist only because there is more than one replica say so: a comment
+"""The lines that exist only because there is more than one replica say so: a label, a comment
 `# Distributed: <what, in a few words>` on the line or on the comment line(s) directly above it
 (`# Horovod: ...` or `# Strategy: ...` for a line of one launcher kind). Here every collective and
-chief-only site in common/ and recipes/*/ must carry one, and each recipe README's "What makes it
-distributed" section lists exactly the tags of the files its train.py runs. mnist-cnn's lists them
-all; another recipe's may leave the common/ modules that mnist-cnn's train.py runs too to that list,
-by linking to it (MNIST_LIST), and then lists the tags of its own files and of any other module.
+chief-only site in common/ and recipes/*/ must carry one, and so must every call of the launcher's
+interface in a recipe's train.py (create_launcher, launcher.scope(), training.learning_rate,
+launcher.distribute_dataset, launcher.eval_share, ...: LAUNCHER_CALLS; a benchmark beside it may drive
+the loop on one device, where those calls distribute nothing). Each recipe README's "What
+makes it distributed" section lists exactly the labels of its own folder's .py files, in order (train.py
+first), then links to the library's launcher API (LIBRARY_LINK) for what happens inside common/, whose
+labels stay where they are and are not listed in the READMEs.
 
 A site is
   - a call of a collective: all_reduce, allreduce, allgather, broadcast, broadcast_variables (and
@@ -19,14 +22,14 @@ statement that holds it (any of its lines) or of the comment lines directly abov
 (a blank line or a line of code ends them).
 
 The tag's text is the rest of its comment line: `# Distributed: the chief is worker 0` has the text
-`Distributed: the chief is worker 0`. `python tests/unit/test_distributed_tags.py RECIPE` prints the
-section's list as the README holds it.
+`Distributed: the chief is worker 0`. A comment that starts with one of the three words but is not of
+that form (`# distributed: x`, `#Horovod - x`) is refused, so the labels stay greppable.
+`python tests/unit/test_distributed_tags.py RECIPE` prints the section's list as the README holds it.
 """
 from __future__ import annotations
 
 import ast
 import io
-import os
 import pathlib
 import re
 import sys
@@ -42,9 +45,14 @@ COLLECTIVE = re.compile(r"(grouped_)?(all_?reduce|all_?gather|broadcast)(_variab
                         r"|experimental_distribute_dataset|distribute_datasets_from_function"
                         r"|experimental_distribute_values_from_function")
 ON_A_STRATEGY = {"reduce", "gather"}  # collectives only when called on a strategy (tf.gather is not one)
+LOOKS_LIKE_A_TAG = re.compile(r"#\s*(distributed|horovod|strategy)\b\s*[:\-]", re.I)
 SECTION = "What makes it distributed"
-MNIST = "mnist-cnn"  # the recipe whose README lists the tags of every common/ module it runs
-MNIST_LIST = "../mnist-cnn/README.md#what-makes-it-distributed"  # how another recipe's README links to it
+# What a recipe's README links to for what the library does inside (docs/library.md, `## Launchers`).
+LIBRARY_DOC = "docs/library.md"
+LIBRARY_LINK = "../../docs/library.md#launchers"
+# The launcher's interface as a recipe calls it: each call in a recipe's folder is a distributed line.
+LAUNCHER_CALLS = {"create_launcher", "learning_rate", "scope", "distribute_dataset", "eval_share", "input_shard",
+                  "barrier"}
 
 
 # -- the scanner -------------------------------------------------------------------------------------
@@ -154,10 +162,31 @@ def tagged(source_lines: list[str], notes: dict[int, str], first: int, last: int
     return False
 
 
-def untagged_sites(source: str) -> list[Site]:
+def launcher_calls(tree: ast.AST) -> list[Site]:
+    """Calls of the launcher's interface (LAUNCHER_CALLS): by name (create_launcher, training.learning_rate)
+    or on an object named `launcher`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and called_name(node.func) in LAUNCHER_CALLS:
+            owner = node.func.value if isinstance(node.func, ast.Attribute) else None
+            if called_name(node.func) in ("create_launcher", "learning_rate") or (
+                    owner is not None and "launcher" in ast.unparse(owner)):
+                found.append(Site(node.func.end_lineno, f"launcher call {ast.unparse(node.func)}()"))
+    return sorted(set(found), key=lambda site: (site.line, site.what))
+
+
+def untagged_sites(source: str, recipe: bool = False) -> list[Site]:
+    """The sites (and, in a recipe's folder, the launcher calls) without a tag."""
     tree = ast.parse(source)
     notes, lines = comments(source), source.splitlines()
-    return [site for site in sites(tree) if not tagged(lines, notes, *statement_lines(tree, lines, site.line))]
+    found = sites(tree) + (launcher_calls(tree) if recipe else [])
+    return [site for site in found if not tagged(lines, notes, *statement_lines(tree, lines, site.line))]
+
+
+def malformed_tags(source: str) -> list[int]:
+    """Lines whose comment starts like a tag but is not one of the form `# Kind: text`."""
+    return [line for line, comment in sorted(comments(source).items())
+            if LOOKS_LIKE_A_TAG.match(comment) and not TAG.match(comment)]
 
 
 def scanned_files() -> list[pathlib.Path]:
@@ -169,63 +198,24 @@ def relative(path: pathlib.Path) -> str:
     return str(path.relative_to(REPO))
 
 
-# -- the files a recipe's train.py runs --------------------------------------------------------------
+# -- a recipe folder's labels, and its README's list of them ------------------------------------------
 
-def imported_files(path: pathlib.Path, recipe_folder: pathlib.Path) -> set[pathlib.Path]:
-    """The project files `path` imports anywhere (lazily too): common/ modules and the recipe's own."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            modules = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for module in modules:
-            parts = module.split(".")
-            if parts[0] == "common":
-                for candidate in (REPO.joinpath(*parts).with_suffix(".py"), REPO.joinpath(*parts, "__init__.py")):
-                    if candidate.is_file():
-                        found.add(candidate)
-                found.add(REPO / "common" / "__init__.py")  # importing common.X runs the package first
-            elif len(parts) == 1 and (recipe_folder / f"{module}.py").is_file():
-                found.add(recipe_folder / f"{module}.py")
-    return found
+def folder_files(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The recipe's own .py files: train.py first, then the others by name."""
+    return sorted(folder.glob("*.py"), key=lambda path: (path.name != "train.py", path.name))
 
 
-def files_run_by(recipe: str) -> list[pathlib.Path]:
-    """recipes/RECIPE/train.py and every project file it imports, directly or not."""
-    folder = REPO / "recipes" / recipe
-    seen, todo = set(), [folder / "train.py"]
-    while todo:
-        path = todo.pop()
-        if path not in seen:
-            seen.add(path)
-            todo += imported_files(path, folder) - seen
-    return sorted(seen, key=lambda path: (path.parent != folder, relative(path)))
-
-
-def expected_section(recipe: str, leave_to_mnist: bool = False) -> dict[str, list[str]]:
-    """File (relative to the repository) -> its tags' texts, first line first, each text once; with
-    `leave_to_mnist`, without the files mnist-cnn's list holds."""
-    left = set(files_run_by(MNIST)) - {REPO / "recipes" / MNIST / "train.py"} if leave_to_mnist else set()
-    listing = {}
-    for path in files_run_by(recipe):
-        texts = list(dict.fromkeys(tag.text for tag in tags(path.read_text())))
-        if texts and path not in left:
-            listing[relative(path)] = texts
-    return listing
+def folder_labels(folder: pathlib.Path) -> list[tuple[str, str]]:
+    """(file name, tag text) of every label in the folder's .py files, file by file, line by line."""
+    return [(path.name, tag.text) for path in folder_files(folder) for tag in tags(path.read_text())]
 
 
 def render_section(recipe: str) -> str:
-    lines = []
-    for file, texts in expected_section(recipe, leave_to_mnist=recipe != MNIST).items():
-        lines.append(f"- [`{file}`]({os.path.relpath(REPO / file, REPO / 'recipes' / recipe)})")
-        lines += [f"  - {text}" for text in texts]
-    return "\n".join(lines) + "\n"
+    """The README's list as it should be: each file once, then its labels."""
+    labels = folder_labels(REPO / "recipes" / recipe)
+    return "".join((f"- [`{file}`]({file})\n" if index == 0 or labels[index - 1][0] != file else "") + f"  - {text}\n"
+                   for index, (file, text) in enumerate(labels))
 
-
-# -- the README's list --------------------------------------------------------------------------------
 
 FILE_ITEM = re.compile(r"- \[`?([\w./-]+)`?\]\(([^)\s]+)\)\s*$")
 TAG_ITEM = re.compile(r"\s+- ((?:%s): .+?)\s*$" % "|".join(KINDS))
@@ -239,23 +229,41 @@ def readme_section(readme: pathlib.Path) -> str:
     return match.group(1)
 
 
-def listed_tags(readme: pathlib.Path, root: pathlib.Path = REPO) -> tuple[dict[str, list[str]], list[str]]:
-    """The section's list: file -> tag texts under it; and what is wrong with its form (an entry
-    whose link is not the file it names, relative to the README; a tag under no file)."""
-    listing, problems, current = {}, [], None
+def listed_labels(readme: pathlib.Path) -> tuple[list[tuple[str, str]], list[str]]:
+    """The section's list: (file, tag text) in order; and what is wrong with its form (an entry whose
+    link is not the file it names, in the README's folder; a tag under no file)."""
+    listing, problems, current = [], [], None
     for line in readme_section(readme).splitlines():
         if file_item := FILE_ITEM.match(line):
             current, link = file_item.groups()
-            target = (readme.parent / link).resolve()
-            if target != (root / current).resolve() or not target.is_file():
-                problems.append(f"entry `{current}` links to {link}, which is not that file")
-            listing.setdefault(current, [])
+            if link != current or not (readme.parent / current).is_file():
+                problems.append(f"entry `{current}` links to {link}: name a file of the recipe's folder, "
+                                "linked as itself")
         elif tag_item := TAG_ITEM.match(line):
             if current is None:
                 problems.append(f"`{tag_item.group(1)}` is listed under no file")
             else:
-                listing[current].append(tag_item.group(1))
+                listing.append((current, tag_item.group(1)))
     return listing, problems
+
+
+def readme_problems(folder: pathlib.Path, root: pathlib.Path = REPO) -> list[str]:
+    """What keeps folder/README.md's section from listing exactly the folder's labels, in order, and
+    from linking to the library's launcher API."""
+    listing, problems = listed_labels(folder / "README.md")
+    labels = folder_labels(folder)
+    problems += [f"missing: `{file}`: {text}" for file, text in labels if (file, text) not in listing]
+    problems += [f"stale: `{file}`: {text} is no label of that file" for file, text in listing
+                 if (file, text) not in labels]
+    if not problems and listing != labels:
+        problems.append("the list holds the folder's labels in another order, or one twice")
+    section = readme_section(folder / "README.md")
+    if f"]({LIBRARY_LINK})" not in section:
+        problems.append(f"no link to the library's launcher API ({LIBRARY_LINK})")
+    library = root / LIBRARY_DOC
+    if not library.is_file() or not re.search(r"^## Launchers\s*$", library.read_text(), flags=re.M):
+        problems.append(f"{LIBRARY_DOC} has no `## Launchers` section for the link to land on")
+    return problems
 
 
 def recipes_with_train() -> list[str]:
@@ -359,50 +367,81 @@ def test_every_collective_and_chief_only_site_is_tagged():
     assert not problems, "\n".join(problems)
 
 
-def test_the_files_a_recipe_runs_are_found_through_its_imports():
-    files = {relative(path) for path in files_run_by("mnist-cnn")}
-    assert {"recipes/mnist-cnn/train.py", "common/training.py", "common/launchers.py", "common/data.py",
-            "common/contract.py", "common/stopping.py", "common/tf_config.py", "common/indexed_job.py"} <= files
-    assert "recipes/cassava-resnet/input_pipeline.py" in {relative(path) for path in files_run_by("cassava-resnet")}
-    assert not {file for file in files if file.startswith(("tools/", "commands/", "tasks/"))}
+def test_the_launcher_interface_is_a_distributed_line_in_a_recipe():
+    source = ("def main(args):\n    launcher = create_launcher(args.launcher)\n"
+              "    with launcher.scope():\n        rate = training.learning_rate(1.0, launcher, True, 0)\n"
+              "    data = launcher.distribute_dataset(make, 8)\n    share = launcher.eval_share(10)\n"
+              "    shard = launcher.input_shard(8)\n    launcher.barrier()\n    other.scope()\n")
+    found = [site.what for site in untagged_sites(source, recipe=True)]
+    assert found == ["launcher call create_launcher()", "launcher call launcher.scope()",
+                     "launcher call training.learning_rate()", "launcher call launcher.distribute_dataset()",
+                     "launcher call launcher.eval_share()", "launcher call launcher.input_shard()",
+                     "launcher call launcher.barrier()"]
+    assert untagged_sites(source) == []  # outside a recipe's folder these are the library's own calls
 
 
-def test_the_readme_list_parser_sees_entries_and_bad_links(tmp_path):
-    folder = tmp_path / "recipes" / "x"
-    folder.mkdir(parents=True)
-    (tmp_path / "common").mkdir()
-    (tmp_path / "common" / "data.py").write_text("")
-    readme = folder / "README.md"
-    readme.write_text(f"# x\n\n## {SECTION}\n\nText.\n\n- [`common/data.py`](../../common/data.py)\n"
-                      "  - Distributed: a\n  - Horovod: b\n- [`common/none.py`](../../common/data.py)\n"
-                      "  - Strategy: c\n\n## Performance\n  - Distributed: not this section\n")
-    listing, problems = listed_tags(readme, root=tmp_path)
-    assert listing == {"common/data.py": ["Distributed: a", "Horovod: b"], "common/none.py": ["Strategy: c"]}
-    assert len(problems) == 1 and "common/none.py" in problems[0]
+def test_a_tag_is_written_one_way():
+    assert malformed_tags("x = 1  # Distributed: fine\n# Horovod: fine too\ny = 2\n") == []
+    assert malformed_tags("x = 1  # distributed: lower case\ny = 2  #Horovod - a dash\nz = 3  # Strategy:\n") \
+        == [1, 2, 3]
+    assert malformed_tags("x = 1  # a distributed run: not a tag\n") == []
+
+
+def test_every_tag_of_the_shared_code_and_the_recipes_is_written_one_way():
+    problems = [f"{relative(path)}:{line}: write it `# Distributed: text` (or Horovod:, Strategy:)"
+                for path in scanned_files() for line in malformed_tags(path.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_launcher_call_in_a_train_script_is_tagged():
+    problems = [f"{relative(path)}:{site.line}: {site.what} has no `# Distributed:` label"
+                for path in sorted(REPO.glob("recipes/*/train.py"))
+                for site in untagged_sites(path.read_text(), recipe=True)]
+    assert not problems, "\n".join(problems)
+
+
+def test_mnist_cnn_shows_its_distributed_lines():
+    path = REPO / "recipes" / "mnist-cnn" / "train.py"
+    tree = ast.parse(path.read_text())
+    calls = {called_name(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    assert {"create_launcher", "scope", "learning_rate", "distribute_dataset", "eval_share"} <= calls
+    assert len(tags(path.read_text())) >= 5
+
+
+def make_recipe(root: pathlib.Path, train: str, listed: str) -> pathlib.Path:
+    folder = root / "recipes" / "x"
+    folder.mkdir(parents=True, exist_ok=True)
+    (root / "docs").mkdir(exist_ok=True)
+    (root / LIBRARY_DOC).write_text("# The library\n\n## Launchers\n\nText.\n")
+    (folder / "train.py").write_text(train)
+    (folder / "data.py").write_text("x = 1  # Distributed: c\n")
+    (folder / "README.md").write_text(f"# x\n\n## {SECTION}\n\nText.\n\n{listed}\nInside: [the API]({LIBRARY_LINK}).\n"
+                                      "\n## Performance\n  - Distributed: not this section\n")
+    return folder
+
+
+def test_the_readme_list_check_fails_when_a_label_or_a_bullet_is_added(tmp_path):
+    train = "a = 1  # Distributed: a\n# Horovod: b\nb = 2\n"
+    listed = ("- [`train.py`](train.py)\n  - Distributed: a\n  - Horovod: b\n"
+              "- [`data.py`](data.py)\n  - Distributed: c\n")
+    assert readme_problems(make_recipe(tmp_path, train, listed), tmp_path) == []
+    # A label without a bullet, a bullet without a label, another order, a bad link, no library section.
+    folder = make_recipe(tmp_path, train + "c = 3  # Distributed: new\n", listed)
+    assert readme_problems(folder, tmp_path) == ["missing: `train.py`: Distributed: new"]
+    folder = make_recipe(tmp_path, train, listed + "  - Distributed: gone\n")
+    assert readme_problems(folder, tmp_path) == ["stale: `data.py`: Distributed: gone is no label of that file"]
+    swapped = listed.replace("  - Distributed: a\n  - Horovod: b", "  - Horovod: b\n  - Distributed: a")
+    folder = make_recipe(tmp_path, train, swapped)
+    assert readme_problems(folder, tmp_path) == ["the list holds the folder's labels in another order, or one twice"]
+    folder = make_recipe(tmp_path, train, listed.replace("](data.py)", "](../../common/data.py)"))
+    assert len(readme_problems(folder, tmp_path)) == 1
+    (tmp_path / LIBRARY_DOC).write_text("# The library\n")
+    assert readme_problems(folder.parent / "x", tmp_path)[-1].startswith(f"{LIBRARY_DOC} has no")
 
 
 @pytest.mark.parametrize("recipe", recipes_with_train())
-def test_the_readme_lists_every_tag_of_the_files_its_train_py_runs(recipe):
-    readme = REPO / "recipes" / recipe / "README.md"
-    listing, problems = listed_tags(readme)
-    leave_to_mnist = recipe != MNIST and f"]({MNIST_LIST})" in readme_section(readme)
-    expected = expected_section(recipe, leave_to_mnist)
-    for file in set(listing) - set(expected):  # listed though left to mnist-cnn's list: then listed right
-        expected[file] = expected_section(recipe).get(file, [])
-    run = {relative(path) for path in files_run_by(recipe)}
-    for file, texts in expected.items():
-        for text in texts:
-            if text not in listing.get(file, []):
-                problems.append(f"missing: `{file}`: {text}")
-    for file, texts in listing.items():
-        if file not in run:
-            problems.append(f"`{file}` is listed, but recipes/{recipe}/train.py does not run it")
-            continue
-        for text in texts:
-            if text not in expected.get(file, []):
-                problems.append(f"stale: `{file}`: {text} is no tag of that file")
-        if len(texts) != len(set(texts)):
-            problems.append(f"`{file}` lists a tag twice")
+def test_the_readme_lists_exactly_the_labels_of_its_folder(recipe):
+    problems = readme_problems(REPO / "recipes" / recipe)
     assert not problems, (f"recipes/{recipe}/README.md, '## {SECTION}':\n" + "\n".join(problems)
                           + f"\n(`python tests/unit/test_distributed_tags.py {recipe}` prints the current list)")
 

@@ -1,6 +1,8 @@
-"""The house rules, checked on the code itself: commands/ is pure, common.contract imports nothing,
-no import loops (lazy imports included), every package's docstring names what it holds, no constant
-of the contract is written twice, and no long function but the ones kept on purpose."""
+"""The house rules, checked on the code itself: commands/ is pure, common.contract and
+commands.choices import nothing, every name of the contract is used inside a training image (the
+host side's own names are commands.choices'), no import loops (lazy imports included), every
+package's docstring names what it holds, no constant of either is written twice, and no long function
+but the ones kept on purpose."""
 import ast
 import pathlib
 
@@ -137,9 +139,71 @@ def test_the_purity_check_catches_each_kind_of_impurity(source, what):
     assert found and what in found[0], found
 
 
-def test_the_contract_imports_nothing():
-    tree = ast.parse((REPO / "common" / "contract.py").read_text())
+@pytest.mark.parametrize("module", ["common/contract.py", "commands/choices.py"])
+def test_the_contract_and_the_host_choices_import_nothing(module):
+    tree = ast.parse((REPO / module).read_text())
     assert not [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+# -- common.contract holds what a training image uses; the host side's own names are commands.choices' ---
+
+IMAGE_SIDE = ("common", "recipes", "tools")  # what runs inside a recipe's image
+
+
+def defined_names(tree: ast.Module) -> list[str]:
+    """The names a module defines at its top: assignments, functions and classes."""
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [target.id for target in targets if isinstance(target, ast.Name)]
+    return names
+
+
+def names_used(tree: ast.AST) -> set[str]:
+    """Every name a source reads: bare names, attributes (contract.X) and imported names."""
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            used |= {alias.name for alias in node.names}
+    return used
+
+
+def contract_names_unused_in_images(contract_source: str, image_sources: list[str]) -> list[str]:
+    """The names the contract defines that no image-side source uses, and that no definition of the
+    contract which is itself used there needs (STACK_FIRST_TENSORFLOW, through stack_of_tensorflow)."""
+    tree = ast.parse(contract_source)
+    used = set().union(*(names_used(ast.parse(source)) for source in image_sources))
+    bodies = {node.name: names_used(node) for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    defined = defined_names(tree)
+    kept, todo = set(), [name for name in defined if name in used]
+    while todo:
+        name = todo.pop()
+        if name not in kept:
+            kept.add(name)
+            todo += [needed for needed in bodies.get(name, ()) if needed in defined]
+    return [name for name in defined if name not in kept]
+
+
+def test_every_name_of_the_contract_is_used_inside_a_training_image():
+    sources = [path.read_text() for top in IMAGE_SIDE for path in sorted((REPO / top).rglob("*.py"))
+               if path != REPO / "common" / "contract.py" and "__pycache__" not in path.parts]
+    unused = contract_names_unused_in_images((REPO / "common" / "contract.py").read_text(), sources)
+    assert unused == [], ("no module of common/, recipes/ or tools/ uses these names of common/contract.py: "
+                          "what only tasks/, commands/ or ci/ use belongs in commands/choices.py")
+
+
+def test_the_unused_name_check_sees_host_only_names_and_what_a_used_function_needs():
+    contract = ("A = 1\nB = (1, 2)\nFIRST = {}\n\n\ndef pick(x):\n    return FIRST[x]\n\n\n"
+                "class Oops(Exception):\n    pass\n")
+    assert contract_names_unused_in_images(contract, ["from common.contract import A\n", "contract.pick(1)\n"]) \
+        == ["B", "Oops"]
 
 
 def test_no_import_loops_lazy_imports_included():
@@ -168,15 +232,16 @@ def test_each_package_docstring_names_everything_it_holds(package):
 
 
 def test_no_constant_of_the_contract_is_written_again():
+    from commands import choices
     from common import contract
 
-    constants = {name: frozenset(value) for name, value in vars(contract).items()
+    constants = {name: frozenset(value) for module in (contract, choices) for name, value in vars(module).items()
                  if name.isupper() and isinstance(value, (tuple, frozenset)) and len(value) > 1}
     statuses = {value for name, value in vars(contract).items() if name.startswith("EXIT_") and isinstance(value, int)
                 and value > 4}
     found = []
     for name, path in MODULES.items():
-        if name == "common.contract":
+        if name in ("common.contract", "commands.choices"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts \

@@ -33,6 +33,18 @@ def test_every_cell_of_a_recipe_trains_on_the_same_global_batch():
             assert argv[argv.index("--runtime") + 1] == cell.runtime and argv[argv.index("--base") + 1] == cell.base
 
 
+def test_a_launchers_env_goes_into_its_cells_command(tmp_path):
+    (tmp_path / "m.yaml").write_text(
+        "launchers:\n  single: {replicas: 1, flags: [--launcher, single]}\n"
+        "  slow: {replicas: 2, flags: [--launcher, mirrored], env: {TF_RECIPES_FAULT_SLOW_STEP: 0.1}}\n"
+        "recipes:\n  mnist-cnn: {global_batch: 8, args: [--synthetic], reference: single, time_limit: 60}\n"
+        "tiers:\n  cpu: {recipes: [mnist-cnn], launchers: [single, slow], runtimes: [local], bases: [cpu]}\n")
+    cells = {c.launcher: c for c in nightly.expand(nightly.load_matrix(str(tmp_path / "m.yaml")), "cpu")}
+    slow = nightly.cell_command(cells["slow"], "/r", None)
+    assert slow[:3] == ["env", "TF_RECIPES_FAULT_SLOW_STEP=0.1", "invoke"] and "--" in slow
+    assert nightly.cell_command(cells["single"], "/r", None)[:2] == ["invoke", "run"]
+
+
 def test_gpu_cells_ask_for_one_gpu_per_replica_and_cpu_cells_for_cpu_replicas():
     gpu = {c.launcher: nightly.cell_command(c, "/r", None) for c in nightly.expand(MATRIX, "gpu")}
     assert gpu["single"][3:5] == ["--gpus", "1"] and gpu["horovodrun"][3:5] == ["--gpus", "2"]
@@ -95,6 +107,12 @@ def test_an_apptainer_cell_builds_its_sif_and_a_failed_build_breaks_only_its_own
     ("launchers: {single: {replicas: 1}}\nrecipes: {}\ntiers: {}\n", "launchers.single: missing `flags`"),
     ("launchers: {}\nrecipes: {}\ntiers: {nightly: {}}\n", "tiers.nightly: unknown tier"),
     ("launchers: [\n", "is not valid YAML"),
+    ("launchers: {slow: {replicas: 1, flags: [], env: [TF_RECIPES_FAULT_SLOW_STEP]}}\nrecipes: {}\ntiers: {}\n",
+     "launchers.slow.env: expected a mapping"),
+    ("launchers: {slow: {replicas: 1, flags: [], env: {TF-SLOW: '1'}}}\nrecipes: {}\ntiers: {}\n",
+     "'TF-SLOW' is not an environment variable name"),
+    ("launchers: {slow: {replicas: 1, flags: [], env: {SLOW: [1]}}}\nrecipes: {}\ntiers: {}\n",
+     "launchers.slow.env.SLOW: expected a string or a number"),
 ])
 def test_a_broken_matrix_is_named_in_one_line(tmp_path, text, problem):
     (tmp_path / "m.yaml").write_text(text)

@@ -1,6 +1,7 @@
-"""--amp [DTYPE], --loss-scale-initial and --fault-overflow, shared by every recipe (common/cli.py): what
-each value means, and a bad value ends at parse time with one `error:` line naming the flag and the value.
-What the flags do in training runs is tests/integration/test_precision.py."""
+"""--amp [DTYPE] and --loss-scale-initial, shared by every recipe (common/cli.py): what each value means,
+and a bad value ends at parse time with one `error:` line naming the flag and the value. What the flags
+do in training runs is tests/integration/test_precision.py; the overflow it injects there
+(TF_RECIPES_FAULT_OVERFLOW) is checked in tests/unit/test_training_parts.py."""
 import pytest
 
 from common import cli
@@ -34,13 +35,11 @@ def test_each_policy_names_the_flags_that_ask_for_it_anywhere():
 def test_a_recipe_parses_the_precision_flags(recipe):
     parse = recipe_parser(recipe)
     defaults = parse([])
-    assert (defaults.amp, defaults.xla, defaults.loss_scale_initial, defaults.fault_overflow) == (
-        None, False, 2.0 ** 15, None)
+    assert (defaults.amp, defaults.xla, defaults.loss_scale_initial) == (None, False, 2.0 ** 15)
     assert parse(["--amp"]).amp == "auto"
     assert (parse(["--amp", "--xla"]).amp, parse(["--amp", "--xla"]).xla) == ("auto", True)
     assert parse(["--amp", "float16"]).amp == "float16" and parse(["--amp=bfloat16"]).amp == "bfloat16"
-    args = parse(["--amp", "float16", "--loss-scale-initial", "1048576", "--fault-overflow", "1:5"])
-    assert (args.loss_scale_initial, args.fault_overflow) == (1048576.0, (1, 5))
+    assert parse(["--amp", "float16", "--loss-scale-initial", "1048576"]).loss_scale_initial == 1048576.0
     assert parse(["--loss-scale-initial", "1e-3"]).loss_scale_initial == 1e-3  # legal; Keras takes any
 
 
@@ -48,8 +47,6 @@ def test_a_recipe_parses_the_precision_flags(recipe):
     ("--amp", "fp16"), ("--amp", "float32"), ("--amp", "mixed_float16"),
     ("--loss-scale-initial", "0"), ("--loss-scale-initial", "-1"), ("--loss-scale-initial", "nan"),
     ("--loss-scale-initial", "inf"), ("--loss-scale-initial", "1e39"), ("--loss-scale-initial", "big"),
-    ("--fault-overflow", "1"), ("--fault-overflow", "a:b"), ("--fault-overflow", "-1:3"),
-    ("--fault-overflow", "1:0"), ("--fault-overflow", "1:2:3"),
 ])
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_a_recipe_refuses_a_bad_precision_value(recipe, flag, value, capsys):
@@ -60,7 +57,7 @@ def test_help_says_what_each_amp_value_means():
     process = run_python("recipes/mnist-cnn/train.py", "--help")
     assert process.returncode == 0, process.stderr
     text = " ".join(process.stdout.split())
-    assert "--amp [DTYPE]" in text and "--loss-scale-initial SCALE" in text and "--fault-overflow R:STEP" in text
+    assert "--amp [DTYPE]" in text and "--loss-scale-initial SCALE" in text
     for words in ("float16 with loss scaling on a GPU, bfloat16 on the CPU", "float16 or bfloat16 force that type",
-                  "halves it", "testing only"):
+                  "halves it"):
         assert words in text, words

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from commands import k8s
+from commands import choices, k8s
 from commands.slurm import render_sbatch
 from common import contract
 from tools import preflight
@@ -177,14 +177,14 @@ def test_sizes_parse_and_print():
 def test_sbatch_preflight_is_a_first_step_with_the_same_srun_and_container():
     plain = render_sbatch("mnist-cnn", "horovod", nodes=2, gpus_per_node=8, sif="/sif/m.sif")
     checked = render_sbatch("mnist-cnn", "horovod", nodes=2, gpus_per_node=8, sif="/sif/m.sif", preflight=True)
-    assert contract.PREFLIGHT_MODULE not in plain
+    assert choices.PREFLIGHT_MODULE not in plain
     sruns = [line for line in checked.splitlines() if line.startswith("srun")]
     assert len(sruns) == 2
     check, train = sruns
     prefix = train.split(" python ")[0]
     assert check.startswith(prefix + " python -m tools.preflight --launcher horovod --deadline 120 ")
     assert check.endswith('--run-id "$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}" --results-dir /results || exit $?')
-    assert [line for line in checked.splitlines() if contract.PREFLIGHT_MODULE not in line and
+    assert [line for line in checked.splitlines() if choices.PREFLIGHT_MODULE not in line and
             not line.startswith("# ")] == [line for line in plain.splitlines() if not line.startswith("# ")]
 
 
@@ -213,7 +213,7 @@ def test_a_failed_preflight_step_ends_the_batch_script_before_training(tmp_path,
 def test_k8s_preflight_runs_first_in_the_container_that_starts_training(kind):
     plain = k8s.build_manifests("mnist-cnn", kind=kind, image="img", workers=2, gpus_per_worker=8)
     checked = k8s.build_manifests("mnist-cnn", kind=kind, image="img", workers=2, gpus_per_worker=8, preflight=True)
-    assert contract.PREFLIGHT_MODULE not in json.dumps(plain)
+    assert choices.PREFLIGHT_MODULE not in json.dumps(plain)
 
     def containers(documents):
         text = json.dumps(documents)

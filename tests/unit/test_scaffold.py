@@ -235,6 +235,24 @@ def test_the_task_refuses_with_one_line(args, message):
     assert not (REPO / "recipes" / args[1]).exists() or args[1] == "mnist-cnn"
 
 
+@pytest.mark.parametrize("source", RECIPES)
+def test_the_new_readme_lists_the_distributed_labels_of_the_copied_folder(source, tmp_path):
+    from test_distributed_tags import LIBRARY_DOC, folder_labels, readme_problems
+
+    files = {path.name: path.read_bytes() for path in (REPO / "recipes" / source).iterdir() if path.is_file()}
+    assert scaffold.distributed_labels(files) == folder_labels(REPO / "recipes" / source) != []
+    folder = tmp_path / "recipes" / "my-copy"
+    folder.mkdir(parents=True)
+    copied = {path: scaffold.rename_file(path, content, source, "my-copy") for path, content in files.items()
+              if path.endswith(".py")}
+    for path, content in copied.items():
+        (folder / path).write_bytes(content)
+    (folder / "README.md").write_text(scaffold.readme("my-copy", source, "", scaffold.distributed_labels(copied)))
+    (tmp_path / LIBRARY_DOC).parent.mkdir()
+    shutil.copy(REPO / LIBRARY_DOC, tmp_path / LIBRARY_DOC)
+    assert readme_problems(folder, tmp_path) == []
+
+
 def test_the_dry_run_lists_the_files_and_writes_nothing():
     process = run_invoke("new", "my-cnn", "--from", "mnist-cnn", "--add-to-nightly", "--dry")
     assert process.returncode == 0, process.stderr

@@ -8,6 +8,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from commands import choices
 from common import contract
 from helpers import REPO, run_invoke
 
@@ -27,8 +28,9 @@ def python_range(stack: str) -> tuple[str, str]:
 def test_every_stack_of_the_contract_has_its_constraints_file_and_no_other():
     assert set(STACK_FILES) == set(contract.STACKS)
     assert contract.DEFAULT_STACK == contract.STACKS[0]
+    assert set(choices.STACK_BASES) == set(contract.STACKS)  # the host side's bases of every stack, and no other
     for stack in contract.STACKS:
-        assert contract.STACK_FILE.format(stack=stack) == STACK_FILES[stack].relative_to(REPO).as_posix()
+        assert choices.STACK_FILE.format(stack=stack) == STACK_FILES[stack].relative_to(REPO).as_posix()
 
 
 @pytest.mark.parametrize("stack", contract.STACKS)
@@ -40,7 +42,7 @@ def test_each_stack_pins_one_tensorflow_and_has_horovod_exactly_when_it_has_the_
     assert contract.stack_of_tensorflow(str(version)) == stack
     assert "tensorboard" in found, "TF 2.21 no longer brings TensorBoard, and every run writes its scalars"
     assert ("horovod" in found) == ("horovod" in contract.STACK_LAUNCHERS[stack])
-    assert contract.STACK_BASES[stack][-1] == "cpu" and set(contract.STACK_BASES[stack]) <= set(contract.BASES)
+    assert choices.STACK_BASES[stack][-1] == "cpu" and set(choices.STACK_BASES[stack]) <= set(choices.BASES)
 
 
 @pytest.mark.parametrize("stack", contract.STACKS)
@@ -128,7 +130,7 @@ def test_horovod_on_the_current_stack_is_one_line_naming_the_stack_that_has_it()
 def test_each_stack_builds_its_own_images(stack):
     from tasks import images
 
-    gpu = contract.STACK_BASES[stack][0]
+    gpu = choices.STACK_BASES[stack][0]
     build = run_invoke("build", "mnist-cnn", "--stack", stack, "--dry")
     assert build.returncode == 0, build.stderr
     assert f"--build-arg STACK={stack}" in build.stdout
@@ -172,7 +174,7 @@ def test_the_readme_versions_table_is_what_the_stack_files_and_the_contract_say(
     assert python == "-".join(python_range(stack))
     assert launchers.split(", ") == list(contract.STACK_LAUNCHERS[stack])
     context = Context(Config(overrides={"tf_recipes": host.DEFAULTS}))
-    assert gpu_image == f"`{host.base_image(context, stack, contract.STACK_BASES[stack][0])}`"
+    assert gpu_image == f"`{host.base_image(context, stack, choices.STACK_BASES[stack][0])}`"
     assert cpu_image == f"`{pathlib.Path(images.CPU_DOCKERFILES[stack]).parent.as_posix()}`"
     assert set(readme_versions_rows()) == set(contract.STACKS)
 

@@ -10,7 +10,7 @@ from helpers import RECIPES
 SECTIONS = ["Command line", "Data", "Model", "Training"]
 TRAIN_SCRIPTS = sorted(RECIPES.glob("*/train.py"))
 HEADING = re.compile(r"^# ## (.+)$", re.M)
-HOOK = re.compile(r"\bfault|download_host", re.I)  # --fault-*, args.fault_*, TF_RECIPES_DOWNLOAD_HOST
+HOOK = re.compile(r"\bfault|_fault_|download_host", re.I)  # TF_RECIPES_FAULT_*, faults, TF_RECIPES_DOWNLOAD_HOST
 
 
 def sections(source: str) -> list[tuple[str, int]]:
@@ -53,5 +53,6 @@ def test_the_section_reader_sees_order_and_place():
     assert sections(source) == [("Data", 1), ("Command line", 4)]
     assert section_of(source, 2) == "Data" and section_of(source, 5) == "Command line"
     assert section_of(source, 1) is None
-    hooks = [HOOK.findall(text) for text in ("default=1", "args.fault_overflow", "TF_RECIPES_DOWNLOAD_HOST")]
-    assert hooks == [[], ["fault"], ["DOWNLOAD_HOST"]]
+    hooks = [HOOK.findall(text) for text in ("default=1", "args.fault_overflow", "TF_RECIPES_DOWNLOAD_HOST",
+                                             "TF_RECIPES_FAULT_SLOW_STEP", "test_hooks.faults()")]
+    assert hooks == [[], ["fault"], ["DOWNLOAD_HOST"], ["_FAULT_"], ["fault"]]

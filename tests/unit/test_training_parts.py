@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common import checkpoints, cli, contract, launchers, reporting, test_hooks, training
+from common import checkpoints, contract, launchers, reporting, test_hooks, training
 from common.data import cannot_download
+from helpers import run_python
 
 # -- where a compiled call ends ----------------------------------------------------------------------
 
@@ -221,19 +222,45 @@ def test_results_json_holds_every_contract_field_and_the_recipe_s_extra(monkeypa
 
 # -- the test hooks -------------------------------------------------------------------------------------
 
-@pytest.fixture
-def recorded_faults():
-    saved = test_hooks.faults()
-    yield
-    test_hooks._recorded = saved
+def test_the_faults_come_from_the_environment():
+    assert test_hooks.faults({}) == test_hooks.NO_FAULTS
+    empty = dict.fromkeys(test_hooks.FAULT_ENVS, "")  # set but empty: unset
+    assert test_hooks.faults(empty) == test_hooks.NO_FAULTS
+    asked = {"TF_RECIPES_FAULT_OVERFLOW": "1:5", "TF_RECIPES_FAULT_SLOW_STEP": "0.5",
+             "TF_RECIPES_FAULT_DESYNC_REPLICA": "2", "PATH": "/bin"}
+    assert test_hooks.faults(asked) == test_hooks.Faults(desync_replica=2, overflow=(1, 5), slow_step=0.5)
+    assert test_hooks.faults({"TF_RECIPES_FAULT_DESYNC_REPLICA": "0", "TF_RECIPES_FAULT_SLOW_STEP": "0"}) == \
+        test_hooks.Faults(desync_replica=0)
 
 
-def test_the_shared_parser_hands_its_faults_to_the_hooks(recorded_faults):
-    parser = cli.training_parser("probe", batch_size=8, epochs=1, lr=0.1)
-    parser.parse_args(["--fault-overflow", "1:5", "--fault-slow-step", "0.5", "--fault-desync-replica", "2"])
-    assert test_hooks.faults() == test_hooks.Faults(desync_replica=2, overflow=(1, 5), slow_step=0.5)
-    parser.parse_args([])
-    assert test_hooks.faults() == test_hooks.NO_FAULTS
+def test_a_trainer_reads_the_faults_of_the_environment_when_it_is_made(monkeypatch):
+    for name in test_hooks.FAULT_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    assert training.Trainer.__dataclass_fields__["faults"].default_factory() == test_hooks.NO_FAULTS
+    monkeypatch.setenv("TF_RECIPES_FAULT_SLOW_STEP", "0.25")
+    assert training.Trainer.__dataclass_fields__["faults"].default_factory() == test_hooks.Faults(slow_step=0.25)
+
+
+@pytest.mark.parametrize("name, value", [
+    *(("TF_RECIPES_FAULT_SLOW_STEP", value) for value in ("-1", "nan", "inf", "slow")),
+    *(("TF_RECIPES_FAULT_DESYNC_REPLICA", value) for value in ("-1", "1.5")),
+    *(("TF_RECIPES_FAULT_OVERFLOW", value) for value in ("1", "a:b", "-1:3", "1:0", "1:2:3")),
+])
+def test_a_bad_fault_value_is_one_line_naming_the_variable_and_the_value(name, value):
+    with pytest.raises(contract.UserError) as error:
+        test_hooks.faults({name: value})
+    message = str(error.value)
+    assert message.startswith(f"{name}={value}: ") and "\n" not in message, message
+
+
+def test_a_bad_fault_value_ends_a_run_with_one_line_and_exit_2(tmp_path):
+    process = run_python("recipes/mnist-cnn/train.py", "--synthetic", "--max-steps", "1", "--no-export",
+                         "--results-dir", str(tmp_path / "run"), env={"TF_RECIPES_FAULT_OVERFLOW": "1:0"}, timeout=300)
+    errors = [line for line in process.stderr.splitlines() if line.startswith("error:")]
+    assert process.returncode == contract.EXIT_USER_ERROR and "Traceback" not in process.stderr, process.stderr[-3000:]
+    assert errors == ["error: TF_RECIPES_FAULT_OVERFLOW=1:0: '1:0': need REPLICA >= 0 and STEP >= 1; "
+                      "unset it for a normal run"], process.stderr[-3000:]
+    assert not (tmp_path / "run" / contract.RESULTS_FILE).exists()
 
 
 def test_the_download_host_is_read_at_every_call(monkeypatch):
@@ -253,7 +280,8 @@ def test_an_overflow_fault_needs_float16_and_an_existing_replica():
     test_hooks.check_overflow_fault((1, 3), True, "mixed_float16", 2)
     with pytest.raises(contract.UserError, match="computes in float32; add --amp float16"):
         test_hooks.check_overflow_fault((1, 3), False, "float32", 2)
-    with pytest.raises(contract.UserError, match=r"--fault-overflow 2:3: there is no replica 2, this run has 2 \(0"):
+    with pytest.raises(contract.UserError,
+                       match=r"TF_RECIPES_FAULT_OVERFLOW=2:3: there is no replica 2, this run has 2 \(0"):
         test_hooks.check_overflow_fault((2, 3), True, "mixed_float16", 2)
 
 
