@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up this checkout for training and testing: a virtual environment (.venv) with one of the two
-# stacks in stacks/, tf-recipes and its test tools, and (with --horovod) Horovod 0.28.1 built from
-# source with Gloo and MPI against that stack's TensorFlow.
+# stacks in stacks/, the tf-recipes library (`tf_recipes`, editable) with the extras `host` and `dev`
+# (invoke for tasks/, the test tools), and (with --horovod) Horovod 0.28.1 built from source with
+# Gloo and MPI against that stack's TensorFlow.
 #
 #   bash ci/setup.sh                      # the stack this Python can install: ngc-25.02 where it can
 #                                         # (TF 2.17.1, Python 3.9-3.12), else current (Python 3.13)
@@ -155,7 +156,7 @@ installed="$venv/tf-recipes-installed"
 wanted=$( (cat pyproject.toml "stacks/$stack.txt"; echo "$tf_wheel") | sha256sum | cut -d ' ' -f 1)
 # -I: the import must come from the venv's install, not from this folder.
 if [ -f "$installed" ] && [ "$(cat "$installed")" = "$wanted" ] &&
-   (python="$(cd "$venv" && pwd)/bin/python" && cd / && "$python" -I -c 'import common, commands, tools, invoke, pytest') \
+   (python="$(cd "$venv" && pwd)/bin/python" && cd / && "$python" -I -c 'import tf_recipes, invoke, pytest') \
        2>/dev/null; then
     log "tf-recipes and its dependencies are installed in $venv as pyproject.toml and stacks/$stack.txt ask"
 else
