@@ -46,12 +46,12 @@ from commands.choices import PREFLIGHT_MODULE
 from commands.containers import CONTAINER_DATA_DIR, CONTAINER_RESULTS_DIR, CONTAINER_WORKDIR
 from commands.launch import (LaunchError, build_launch, build_train_command, check_choice, launch_environment,
                              shell_join)
-from common import contract
-from common.contract import EXIT_STOPPED, LAUNCHERS, launcher_trait
+from tf_recipes import contract
+from tf_recipes.contract import EXIT_STOPPED, LAUNCHERS, launcher_trait
 
 KINDS = ("mpijob", "tfjob", "job")
 KIND_LAUNCHER = {"mpijob": "horovod", "tfjob": "multiworker", "job": "multiworker"}
-# The launchers that have a kind here (common.contract's k8s_kind): the multi-node ones.
+# The launchers that have a kind here (tf_recipes.contract's k8s_kind): the multi-node ones.
 K8S_LAUNCHERS = tuple(name for name in LAUNCHERS if launcher_trait(name, "k8s_kind"))
 WORKER_PORT = 2222  # the TFJob operator's default port; the Indexed Job uses the same
 GRACE_PERIOD = 120  # seconds from SIGTERM to SIGKILL: time to reach the stop step and checkpoint
@@ -185,7 +185,7 @@ class _Job:
     preflight: bool = False
 
     def preflight_args(self) -> list[str]:
-        """`python -m tools.preflight`'s arguments: the job's results folder, the default deadline."""
+        """`python -m tf_recipes.preflight`'s arguments: the job's results folder, the default deadline."""
         return ["--deadline", str(contract.PREFLIGHT_DEFAULT_DEADLINE),
                 "--results-dir", f"{CONTAINER_RESULTS_DIR}/{self.name}"]
 
@@ -362,7 +362,7 @@ def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | Non
                     memory_per_worker: str | None = None, shm_size: str | None = None) -> list[dict]:
     """The Kubernetes objects that run `recipe` on `workers` pods with `gpus_per_worker` GPUs each.
 
-    `preflight`: every container that starts train.py first runs `python -m tools.preflight` with
+    `preflight`: every container that starts train.py first runs `python -m tf_recipes.preflight` with
     the same launcher (the MPIJob's launcher pod a first mpirun, each multiworker pod a first
     process), as `bash -c 'CHECK && exec TRAIN'`; a broken cluster ends the pod with status 4.
 

@@ -11,8 +11,8 @@ import shlex
 from dataclasses import dataclass, field
 
 from commands.choices import HOROVOD_RUNNERS
-from common import contract
-from common.contract import LAUNCHERS, launcher_trait
+from tf_recipes import contract
+from tf_recipes.contract import LAUNCHERS, launcher_trait
 
 
 class LaunchError(ValueError):
@@ -113,13 +113,13 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     # single and mirrored: one process uses every GPU; multiworker and horovod: one GPU per process.
     env = launch_environment(gpus, gpus if launcher_trait(launcher, "gpus_per_process") == "all" else min(gpus, 1))
 
-    # One branch per way of starting the processes: one process (single, mirrored), tools.spawn's
+    # One branch per way of starting the processes: one process (single, mirrored), tf_recipes.spawn's
     # workers with TF_CONFIG (multiworker), or MPI ranks through horovodrun or mpirun (horovod).
     if launcher_trait(launcher, "one_process"):
         # A strategy in one process; on CPUs it is told how many replicas (logical devices) to make.
         argv = train + ([] if gpus or launcher_trait(launcher, "one_replica") else ["--cpu-replicas", str(replicas)])
     elif peers_from == "TF_CONFIG":
-        argv = [python, "-m", "tools.spawn", "--nproc", str(replicas)]
+        argv = [python, "-m", "tf_recipes.spawn", "--nproc", str(replicas)]
         argv += ["--gpus-per-worker", "1"] if gpus else []
         if nodes > 1:
             argv += ["--hosts", ",".join(hosts), "--node-index", str(node_index), "--port-base", str(port_base)]

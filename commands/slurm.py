@@ -27,8 +27,8 @@ import shlex
 from commands.choices import PREFLIGHT_MODULE
 from commands.containers import mount_path_problem
 from commands.launch import LaunchError, ShellWord, build_train_command, check_choice, shell_join
-from common import contract
-from common.contract import EXIT_STOPPED, LAUNCHERS, PREFLIGHT_DEFAULT_DEADLINE, launcher_trait
+from tf_recipes import contract
+from tf_recipes.contract import EXIT_STOPPED, LAUNCHERS, PREFLIGHT_DEFAULT_DEADLINE, launcher_trait
 
 DEFAULT_SIGNAL_GRACE = 120
 
@@ -180,7 +180,7 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
     """The text of an sbatch script; submit it from the repository root with `sbatch FILE`.
 
     `preflight`: a first step, with the same srun and container flags, runs `python -m
-    tools.preflight` in every task; the job ends there (status 4) when the cluster is broken.
+    tf_recipes.preflight` in every task; the job ends there (status 4) when the cluster is broken.
     `mpi`: the srun MPI plugin the horovod ranks start through (`srun --mpi=MPI`): pmix, or pmi2 on a
     cluster without PMIx (its MPI library must then support PMI-2)."""
     job_name = f"tf-recipes-{recipe}" if job_name is None else job_name

@@ -1,5 +1,5 @@
 """Checkpoint and resume: what a run keeps in RESULTS/checkpoints so that --resume continues it
-exactly, the checks that refuse a resume that could not, and the stop on a signal (common.stopping)
+exactly, the checks that refuse a resume that could not, and the stop on a signal (tf_recipes.stopping)
 that leaves a checkpoint to resume from.
 
 A checkpoint holds the model, the optimizer (float16's loss scale included), the step and the
@@ -16,12 +16,12 @@ import tempfile
 
 import tensorflow as tf
 
-from common.cli import amp_flags
-from common.contract import RESULT_FIELDS, RESULTS_FILE, RunFinished, StopRequested, UserError
-from common.launchers import Launcher
-from common.reporting import disk_full_is_one_line, log, nbytes
-from common.results import write_json
-from common.stopping import StopFlag, stopped_marker
+from tf_recipes.cli import amp_flags
+from tf_recipes.contract import RESULT_FIELDS, RESULTS_FILE, RunFinished, StopRequested, UserError
+from tf_recipes.launchers import Launcher
+from tf_recipes.reporting import disk_full_is_one_line, log, nbytes
+from tf_recipes.results import write_json
+from tf_recipes.stopping import StopFlag, stopped_marker
 
 CHECKPOINTS_DIR = "checkpoints"  # RESULTS/checkpoints
 IDENTITY_FILE = "run.json"  # RESULTS/checkpoints/run.json: the identity of the run that wrote them

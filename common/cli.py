@@ -10,9 +10,9 @@ import math
 import os
 import sys
 
-from common import contract, user_paths
-from common.contract import COLLECTIVES, LAUNCHERS
-from common.stopping import peer_error_summary
+from tf_recipes import contract, user_paths
+from tf_recipes.contract import COLLECTIVES, LAUNCHERS
+from tf_recipes.stopping import peer_error_summary
 
 
 def _whole_number(text: str, minimum: int, rule: str) -> int:
@@ -117,7 +117,7 @@ def loss_scale(text: str) -> float:
 
 
 def add_precision_flags(group) -> None:
-    """--amp [DTYPE] and --loss-scale-initial (common.training.configure_precision and Trainer)."""
+    """--amp [DTYPE] and --loss-scale-initial (tf_recipes.training.configure_precision and Trainer)."""
     group.add_argument("--amp", nargs="?", const="auto", default=None, choices=AMP_DTYPES, metavar="DTYPE",
                        help="mixed precision: compute in 16 bits, keep the weights in float32. DTYPE auto (what "
                             "a bare --amp means): float16 with loss scaling on a GPU, bfloat16 on the CPU; "
@@ -213,7 +213,7 @@ def is_peer_error(error: BaseException) -> bool:
 def run_main(main) -> None:
     """Run a recipe's main(); user mistakes end with one line on stderr, not a traceback.
 
-    The exit statuses are common.contract's EXIT_*: 0 done, 2 user mistake or bad data, 3 replicas
+    The exit statuses are tf_recipes.contract's EXIT_*: 0 done, 2 user mistake or bad data, 3 replicas
     out of sync, 4 cluster did not form or a peer was lost, 143 stopped on a signal with a checkpoint."""
     try:
         main()

@@ -96,7 +96,7 @@ class DiskFullError(UserError):
     """A write ran out of space (ENOSPC) or quota (EDQUOT); the message names the folder and bytes."""
 
 
-# The GPUs one training process must see, set by every launcher (`invoke run`, tools.spawn, the
+# The GPUs one training process must see, set by every launcher (`invoke run`, tf_recipes.spawn, the
 # rendered SLURM script and Kubernetes manifests); unset or 0: no check (a train.py started by hand).
 GPUS_PER_PROCESS_ENV = "TF_RECIPES_GPUS_PER_PROCESS"
 
@@ -128,7 +128,7 @@ PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "Can
 HOROVOD_PEER_ERRORS = ("HorovodInternalError", "UnknownError")
 
 # -- results.json -------------------------------------------------------------------------------------
-# What every results.json holds (common.training.Trainer.save_results writes them; the nightly and
+# What every results.json holds (tf_recipes.training.Trainer.save_results writes them; the nightly and
 # `invoke bench` read them).
 RESULT_FIELDS = frozenset({
     "recipe", "launcher", "nodes", "replicas", "global_batch", "steps", "images_per_sec",
@@ -173,7 +173,7 @@ def class_name_problem(name) -> str | None:
     return None
 
 
-# -- the preflight check (`invoke preflight`, `python -m tools.preflight`) ----------------------------
+# -- the preflight check (`invoke preflight`, `python -m tf_recipes.preflight`) ----------------------------
 PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)
 PREFLIGHT_RANKS_DIR = "preflight-ranks"  # one heartbeat file per rank, beside preflight.json
 PREFLIGHT_DEFAULT_DEADLINE = 120  # seconds for the whole check, from each process's start

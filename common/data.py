@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common import test_hooks
-from common.contract import UserError
+from tf_recipes import test_hooks
+from tf_recipes.contract import UserError
 
 
 class DataError(UserError, ValueError):
@@ -45,7 +45,7 @@ def can_download(host: str, timeout_s: float = 5.0) -> bool:
 
 def cannot_download(timeout_s: float = 5.0) -> str | None:
     """Why a dataset or weights download cannot start now ("HOST cannot be reached"), or None when
-    the download host (common.test_hooks.download_host: storage.googleapis.com) answers or a proxy
+    the download host (tf_recipes.test_hooks.download_host: storage.googleapis.com) answers or a proxy
     is configured. For the message that asks to prepare the data offline instead."""
     host = test_hooks.download_host()
     return None if can_download(host, timeout_s) else f"{host} cannot be reached"

@@ -39,10 +39,10 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from common.atomic import fsync_directory, fsync_tree, write_atomically
-from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
+from tf_recipes.atomic import fsync_directory, fsync_tree, write_atomically
+from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
                              UserError, class_name_problem)
-from common.data import DataError
+from tf_recipes.data import DataError
 
 CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
 SAVED_MODEL_FILE = "saved_model.pb"  # RESULTS/export/N/saved_model.pb: what makes N a version

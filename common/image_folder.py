@@ -5,7 +5,7 @@ lists of files and labels for the classification recipes (`--data-format image-f
     DIR/CLASS/...  with --val-fraction F                           one folder, split here
 
 Class names are the subfolder names, sorted; label i is the i-th name. Files are listed in sorted
-order (common.user_paths: regular files and links to them; anything else with a photo's suffix, such
+order (tf_recipes.user_paths: regular files and links to them; anything else with a photo's suffix, such
 as a FIFO or a dangling link, is named in a DataError), so every process of a job (and every launcher)
 sees the same list; the split of one folder is drawn from --seed, the same in every process. Only
 lists are built here: decoding is the recipe's (cassava-resnet caches it, mnist-cnn converts to 28x28
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common import user_paths
-from common.contract import class_name_problem
-from common.data import DataError
+from tf_recipes import user_paths
+from tf_recipes.contract import class_name_problem
+from tf_recipes.data import DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 TRAIN, VAL = "train", "val"
@@ -120,7 +120,7 @@ def unreadable(path: str, reason: str) -> DataError:
 
 def add_args(parser, default: str) -> None:
     """--data-format (DEFAULT or image-folder) and --val-fraction, on a recipe's parser."""
-    from common.cli import fraction
+    from tf_recipes.cli import fraction
 
     group = parser.add_argument_group("your own photos")
     group.add_argument("--data-format", choices=[default, "image-folder"], default=default,

@@ -20,13 +20,13 @@ from __future__ import annotations
 import socket
 import time
 
-from common.contract import INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT as DEFAULT_RESOLVE_TIMEOUT
-from common.contract import INDEXED_JOB_HOST_PATTERN as HOST_PATTERN
-from common.contract import INDEXED_JOB_INDEX as INDEX
-from common.contract import INDEXED_JOB_PORT as PORT
-from common.contract import INDEXED_JOB_RESOLVE_TIMEOUT as RESOLVE_TIMEOUT
-from common.contract import INDEXED_JOB_WORKERS as WORKERS
-from common.tf_config import build_tf_config
+from tf_recipes.contract import INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT as DEFAULT_RESOLVE_TIMEOUT
+from tf_recipes.contract import INDEXED_JOB_HOST_PATTERN as HOST_PATTERN
+from tf_recipes.contract import INDEXED_JOB_INDEX as INDEX
+from tf_recipes.contract import INDEXED_JOB_PORT as PORT
+from tf_recipes.contract import INDEXED_JOB_RESOLVE_TIMEOUT as RESOLVE_TIMEOUT
+from tf_recipes.contract import INDEXED_JOB_WORKERS as WORKERS
+from tf_recipes.tf_config import build_tf_config
 
 
 class IndexedJobConfigError(ValueError):
@@ -83,7 +83,7 @@ def wait_until_resolvable(hosts, timeout: float, *, resolve=socket.getaddrinfo, 
         if not waiting:
             return
         if clock() >= deadline:
-            from common.contract import ClusterError  # exit status 4: the cluster did not form
+            from tf_recipes.contract import ClusterError  # exit status 4: the cluster did not form
 
             raise ClusterError(f"peer(s) {', '.join(waiting)} did not resolve within {timeout:g} s: check that "
                                "their pods were scheduled and that the headless Service names them")

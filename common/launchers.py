@@ -6,7 +6,7 @@
     horovod      Horovod: allreduce of gradients, initial state broadcast from rank 0
 
 Every launcher answers the same questions (how many replicas, am I the chief, which share of the
-data is mine) and does the same three jobs for the training loop in `common.training`: run one step
+data is mine) and does the same three jobs for the training loop in `tf_recipes.training`: run one step
 on every replica and sum what it returns, aggregate gradients, and report a fingerprint of every
 replica's weights so that a silent desynchronisation fails the run.
 
@@ -28,11 +28,11 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from common import contract
-from common.contract import (COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS,
+from tf_recipes import contract
+from tf_recipes.contract import (COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS,
                              ClusterError, GpuMismatchError, UserError)
-from common.data import InputShard, eval_share
-from common.tf_config import check_tf_config
+from tf_recipes.data import InputShard, eval_share
+from tf_recipes.tf_config import check_tf_config
 
 
 
@@ -77,7 +77,7 @@ class Launcher:
 
     @property
     def traits(self) -> dict:
-        """What this launcher is (common.contract.LAUNCHER_TRAITS): one_replica, one_process, multi_node,
+        """What this launcher is (tf_recipes.contract.LAUNCHER_TRAITS): one_replica, one_process, multi_node,
         gpus_per_process, peers_from, collective. The training loop reads these, never the name."""
         return contract.LAUNCHER_TRAITS[self.name]
 
@@ -291,7 +291,7 @@ class MultiWorkerLauncher(StrategyLauncher):
 
     @staticmethod
     def _cluster_resolver():
-        from common import indexed_job  # a Kubernetes Indexed Job: TF_CONFIG from its index and peers
+        from tf_recipes import indexed_job  # a Kubernetes Indexed Job: TF_CONFIG from its index and peers
 
         if "TF_CONFIG" not in os.environ and indexed_job.is_indexed_job(os.environ):
             try:
@@ -309,7 +309,7 @@ class MultiWorkerLauncher(StrategyLauncher):
             return _slurm_cluster_resolver()  # Strategy: the cluster from SLURM
         raise LauncherError(
             "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them "
-            "with `python -m tools.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
+            "with `python -m tf_recipes.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
 
 
 def unreachable(addresses: list[str], timeout_s: float = 1.0) -> list[int]:

@@ -37,10 +37,10 @@ import json
 import os
 import sys
 
-from common import user_paths
-from common.atomic import write_atomically
-from common.cli import positive_int
-from common.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
+from tf_recipes import user_paths
+from tf_recipes.atomic import write_atomically
+from tf_recipes.cli import positive_int
+from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
                              EXPORT_SIGNATURE, PREDICTIONS_FILE, UserError)
 
 
@@ -69,7 +69,7 @@ def parser(description: str) -> argparse.ArgumentParser:
 def find_export(path: str) -> tuple[str, str]:
     """(the version folder to load, its name): `path` itself when it is a version folder, else the
     newest version of `path` or of `path`/export."""
-    from common import export  # here, not at the top: it loads TensorFlow, which the checks before do not need
+    from tf_recipes import export  # here, not at the top: it loads TensorFlow, which the checks before do not need
 
     if os.path.isfile(os.path.join(path, export.SAVED_MODEL_FILE)):
         return path, os.path.basename(os.path.normpath(path))
@@ -96,7 +96,7 @@ def model_base(path: str) -> str:
 
 def extra_file(folder: str, name: str) -> str:
     """assets.extra/NAME of the version folder `folder`, which the export writes beside the SavedModel."""
-    from common import export
+    from tf_recipes import export
 
     path = os.path.join(folder, export.EXTRA_DIR, name)
     if not os.path.isfile(path):
@@ -274,7 +274,7 @@ def run(args, task: str) -> None:
     print(f"predict: model version {model.version} ({model.path})", flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
-        handle.write("written by tools/predicting.py: a later predict run may write here again\n")
+        handle.write("written by common/predicting.py: a later predict run may write here again\n")
     unreadable, table, done = [], None, 0
     for path, what in others:
         skip(path, f"{what}, not a regular file", unreadable)
@@ -313,7 +313,7 @@ def run(args, task: str) -> None:
 
 
 def main(description: str, task: str, argv=None) -> None:
-    from common import cli
+    from tf_recipes import cli
 
     args = parser(description).parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's own log of each undecodable file

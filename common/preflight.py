@@ -1,8 +1,8 @@
-"""A check of a cluster before a long job: `python -m tools.preflight --launcher L`, started in
+"""A check of a cluster before a long job: `python -m tf_recipes.preflight --launcher L`, started in
 every process by the same launcher command as a recipe's train.py (`invoke preflight RECIPE`, the
 `--preflight` step of `invoke sbatch` and `invoke k8s`).
 
-    python -m tools.spawn --nproc 2 -- python -m tools.preflight --launcher multiworker --deadline 30
+    python -m tf_recipes.spawn --nproc 2 -- python -m tf_recipes.preflight --launcher multiworker --deadline 30
 
 Every process reports its host, rank, visible devices and the TensorFlow, Keras, Horovod, CUDA and
 NCCL versions; one all-reduce over every replica is checked for its exact sum (replica r adds r+1,
@@ -32,9 +32,9 @@ import sys
 import threading
 import time
 
-from common import contract, user_paths
-from common.atomic import write_atomically
-from common.cli import at_least, positive_int
+from tf_recipes import contract, user_paths
+from tf_recipes.atomic import write_atomically
+from tf_recipes.cli import at_least, positive_int
 
 DEFAULT_SIZES = "4K,64K,1M,16M"
 MIN_DEADLINE = 5  # seconds: below it not even a healthy cluster can answer
@@ -70,7 +70,7 @@ def expected_sum(replicas: int) -> float:
 def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
     """(rank, processes) of this process as its launcher set them, before any collective exists, in
     the order the launcher itself looks: horovod from horovodrun, mpirun (Open MPI) or srun;
-    multiworker from TF_CONFIG (as tools.spawn and TFJob set it), a Kubernetes Indexed Job or srun;
+    multiworker from TF_CONFIG (as tf_recipes.spawn and TFJob set it), a Kubernetes Indexed Job or srun;
     single and mirrored are one process."""
     if contract.launcher_trait(launcher, "one_process"):
         return 0, 1
@@ -534,9 +534,9 @@ def main(argv=None) -> int:
     heartbeat.set_stage("importing")
     import tensorflow as tf
 
-    from common.cli import is_peer_error
-    from common.launchers import create_launcher
-    from common.stopping import peer_error_summary
+    from tf_recipes.cli import is_peer_error
+    from tf_recipes.launchers import create_launcher
+    from tf_recipes.stopping import peer_error_summary
 
     try:
         heartbeat.set_stage("joining")

@@ -4,7 +4,7 @@ final weights; and the one-line error of a write that fills the disk.
 
 Every process of the job calls these alike (the gathers are collectives every process must join);
 only the chief prints and writes. The figures themselves (throughput, versions), the check that the
-fingerprints agree and the crash-safe write of a JSON file are common.results'.
+fingerprints agree and the crash-safe write of a JSON file are tf_recipes.results'.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.contract import FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, DesyncError, DiskFullError
-from common.launchers import Launcher, replica_copies
-from common.results import check_in_sync, throughput, versions, write_json
+from tf_recipes.contract import FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, DesyncError, DiskFullError
+from tf_recipes.launchers import Launcher, replica_copies
+from tf_recipes.results import check_in_sync, throughput, versions, write_json
 
 
 def log(launcher: Launcher, message: str) -> None:
@@ -192,7 +192,7 @@ def agreed_fingerprints(launcher: Launcher, variables) -> list[str]:
 # -- results.json and the final weights ------------------------------------------------------------
 
 def results_record(run, extra: dict | None = None, command: list[str] | None = None) -> dict:
-    """results.json of a finished run (a common.training.Trainer after fit); `extra` adds the recipe's
+    """results.json of a finished run (a tf_recipes.training.Trainer after fit); `extra` adds the recipe's
     fields (its final_metrics above all) and overrides any of these."""
     launcher = run.launcher
     return {
@@ -233,7 +233,7 @@ def save_results(run, extra: dict | None = None) -> str | None:
     results = results_record(run, extra)
     missing = RESULT_FIELDS - results.keys()
     if missing:  # a recipe that passes no final_metrics, say: the nightly and bench read every field
-        raise RuntimeError(f"results.json would lack {', '.join(sorted(missing))} (common.contract.RESULT_FIELDS)")
+        raise RuntimeError(f"results.json would lack {', '.join(sorted(missing))} (tf_recipes.contract.RESULT_FIELDS)")
     with disk_full_is_one_line(folder, len(json.dumps(results, indent=2)), RESULTS_FILE,
                                also=[os.path.join(folder, FINAL_WEIGHTS_FILE)]):
         write_json(path, results)

@@ -7,8 +7,8 @@ import platform
 
 import numpy as np
 
-from common.atomic import atomic_file
-from common.contract import DesyncError
+from tf_recipes.atomic import atomic_file
+from tf_recipes.contract import DesyncError
 
 
 def check_in_sync(fingerprints: list[str]) -> None:

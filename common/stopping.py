@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 
-from common.contract import EXIT_STOPPED, STOPPED_FILE
+from tf_recipes.contract import EXIT_STOPPED, STOPPED_FILE
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 

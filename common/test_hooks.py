@@ -15,10 +15,10 @@ meant for that case answer. All of them are environment variables, so that no us
   tests/integration/test_stop_docker.py, a stop still under way when the second interrupt comes).
 - `TF_RECIPES_DOWNLOAD_HOST`: the host asked before a dataset or weights download
   (storage.googleapis.com, where TFDS and Keras download from). Tests set it to a name that never
-  answers (unreachable.invalid) to see the offline message at once; common.data.cannot_download
+  answers (unreachable.invalid) to see the offline message at once; tf_recipes.data.cannot_download
   reads it through `download_host`.
 
-common.training's Trainer reads the three faults once, when it is made (`faults`); a value that is not
+tf_recipes.training's Trainer reads the three faults once, when it is made (`faults`); a value that is not
 what the variable takes stops the run with one line naming the variable and the value (exit 2). Every
 process of a job reads the same environment: the launchers pass it on to their processes, and
 `invoke run` passes the TF_RECIPES_FAULT_* variables it was given into a container (FAULT_ENVS). No
@@ -34,8 +34,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from common.cli import non_negative_float, non_negative_int
-from common.contract import UserError
+from tf_recipes.cli import non_negative_float, non_negative_int
+from tf_recipes.contract import UserError
 
 DOWNLOAD_HOST_ENV = "TF_RECIPES_DOWNLOAD_HOST"
 DOWNLOAD_HOST = "storage.googleapis.com"

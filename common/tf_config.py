@@ -1,5 +1,5 @@
 """TF_CONFIG, the cluster description MultiWorkerMirroredStrategy reads: built for worker i of a
-list of addresses (tools/spawn.py, the Kubernetes Indexed Job) and checked before anything waits on it."""
+list of addresses (common/spawn.py, the Kubernetes Indexed Job) and checked before anything waits on it."""
 from __future__ import annotations
 
 import json

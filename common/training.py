@@ -10,9 +10,9 @@ Summing those gradients over replicas (the strategies do it inside `apply_gradie
 `aggregate_gradients`) then gives exactly the gradient of the mean loss over the global batch, the
 same number a single device computes on the whole batch.
 
-The loop's neighbours: common.checkpoints (checkpoint, resume, stop with a checkpoint),
-common.reporting (progress, the desync guard's gather, results.json and the final weights) and
-common.test_hooks (the faults a test asks for; a normal run has none).
+The loop's neighbours: tf_recipes.checkpoints (checkpoint, resume, stop with a checkpoint),
+tf_recipes.reporting (progress, the desync guard's gather, results.json and the final weights) and
+tf_recipes.test_hooks (the faults a test asks for; a normal run has none).
 """
 from __future__ import annotations
 
@@ -25,14 +25,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import export as exporting, reporting, test_hooks
-from common.checkpoints import Checkpoints, ResumeError  # noqa: F401 (ResumeError: also imported from here)
-from common.cli import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, precision_policy
-from common.contract import ClusterError, UserError
-from common.data import DataError, steps_per_epoch
-from common.launchers import Launcher, replica_copies, weights_fingerprint  # noqa: F401 (weights_fingerprint: too)
-from common.reporting import disk_full_is_one_line, log, replica_state, scales_loss  # noqa: F401 (disk_full_...: too)
-from common.stopping import StopFlag, peer_error_summary
+from tf_recipes import export as exporting, reporting, test_hooks
+from tf_recipes.checkpoints import Checkpoints, ResumeError  # noqa: F401 (ResumeError: also imported from here)
+from tf_recipes.cli import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, precision_policy
+from tf_recipes.contract import ClusterError, UserError
+from tf_recipes.data import DataError, steps_per_epoch
+from tf_recipes.launchers import Launcher, replica_copies, weights_fingerprint  # noqa: F401 (weights_fingerprint: too)
+from tf_recipes.reporting import disk_full_is_one_line, log, replica_state, scales_loss  # noqa: F401 (disk_full_...: too)
+from tf_recipes.stopping import StopFlag, peer_error_summary
 
 
 @dataclass
@@ -57,7 +57,7 @@ def classification_task() -> Task:
 def configure_precision(amp: str | None) -> str:
     """--amp [DTYPE]: set and return Keras's dtype policy. A bare --amp is mixed_float16 on a GPU
     (tensor cores; the Trainer adds loss scaling) and mixed_bfloat16 on the CPU (no loss scaling
-    needed); --amp float16 gives the GPU's loss-scaled path on the CPU too (common.cli.precision_policy)."""
+    needed); --amp float16 gives the GPU's loss-scaled path on the CPU too (tf_recipes.cli.precision_policy)."""
     policy = precision_policy(amp, gpu=bool(tf.config.list_physical_devices("GPU")))
     keras.mixed_precision.set_global_policy(policy)
     return policy
@@ -158,7 +158,7 @@ class Trainer:
         self.checkpoints.check_resume_target()
         if self.export:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
-        # SIGTERM/SIGUSR1 from here on stop the job after a step, with a checkpoint (common.stopping).
+        # SIGTERM/SIGUSR1 from here on stop the job after a step, with a checkpoint (tf_recipes.stopping).
         # The launcher exists already, so TensorFlow's own SIGTERM handler is not installed over ours.
         self.stop_flag = StopFlag().install()
         self.report = reporting.RunReport(self.launcher, self.results_dir, self.global_batch, self.total_steps,

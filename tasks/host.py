@@ -14,7 +14,7 @@ import sys
 from invoke import Exit
 
 from commands import choices, launch
-from common import atomic, contract, stopping, user_paths
+from tf_recipes import atomic, contract, stopping, user_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Defaults of the `tf_recipes` configuration; invoke.yaml or INVOKE_TF_RECIPES_* override them, for
@@ -222,7 +222,7 @@ def execute(argv, env=None, dry=False, leftover=None) -> int:
 
 
 def write_atomically(path: str, text: str) -> None:
-    """`path` holds `text` or what it held before, also after a crash (common.atomic)."""
+    """`path` holds `text` or what it held before, also after a crash (tf_recipes.atomic)."""
     atomic.write_atomically(path, text)
 
 

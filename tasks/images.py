@@ -11,7 +11,7 @@ import tempfile
 from invoke import Exit, task
 
 from commands import choices, containers, launch
-from common import contract
+from tf_recipes import contract
 from tasks import host
 
 

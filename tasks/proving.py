@@ -10,8 +10,8 @@ import sys
 from invoke import Exit, task
 
 from commands import launch
-from common import user_paths
-from common.contract import LAUNCHERS
+from tf_recipes import user_paths
+from tf_recipes.contract import LAUNCHERS
 from tasks import host
 
 EVERY_LAUNCHER = ",".join(LAUNCHERS)  # what `invoke bench --launchers` measures unless told

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from invoke import Exit, task
 
 from commands import choices, containers, launch
-from common import contract, stopping, test_hooks, user_paths
+from tf_recipes import contract, stopping, test_hooks, user_paths
 from tasks import host
 
 RUNTIMES = ("auto", *choices.RUNTIMES)
@@ -80,7 +80,7 @@ def _stack(stack: str, runtime: str, launcher: str) -> str:
 def _in_runtime(c, plan, *, recipe, runtime, stack, base, image, gpus, data_dir, results_dir, nsys, multi_host,
                 docker, dry):
     """(argv, env) that start the launch plan in its runtime. The faults a test asks for
-    (common.test_hooks.FAULT_ENVS, in invoke's environment) reach the processes: a local run inherits them,
+    (tf_recipes.test_hooks.FAULT_ENVS, in invoke's environment) reach the processes: a local run inherits them,
     a container is given them."""
     env = dict(plan.env)
     cfg = host.settings(c)

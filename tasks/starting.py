@@ -8,7 +8,7 @@ import tempfile
 from invoke import task
 
 from commands import launch, launch_files, scaffold
-from common import atomic
+from tf_recipes import atomic
 from tasks import host
 
 MATRIX = os.path.join("ci", "nightly", "matrix.yaml")

@@ -15,8 +15,8 @@ RECIPES = REPO / "recipes"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from common.contract import RESULT_FIELDS  # noqa: E402,F401 (what every results.json must hold)
-from common.contract import STACK_LAUNCHERS  # noqa: E402
+from tf_recipes.contract import RESULT_FIELDS  # noqa: E402,F401 (what every results.json must hold)
+from tf_recipes.contract import STACK_LAUNCHERS  # noqa: E402
 
 
 def installed_stack() -> str:

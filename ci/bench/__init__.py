@@ -9,5 +9,5 @@
   (`python -m ci.bench.predict`).
 
 The recipes' input-pipeline benchmarks stay in their folders (`recipes/*/benchmark_input.py`) and
-share tools/pipeline_bench.py.
+share common/pipeline_bench.py.
 """

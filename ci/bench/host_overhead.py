@@ -1,4 +1,4 @@
-r"""What the training loop costs on the host: common.training's loop against a bare tf.function loop.
+r"""What the training loop costs on the host: tf_recipes.training's loop against a bare tf.function loop.
 
     .venv/bin/python -m ci.bench.host_overhead --batch-size 1 --steps 1500 --rounds 5 \
         --json docs/bench/host-overhead.json
@@ -29,9 +29,9 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import train as mnist  # noqa: E402
-from common import training  # noqa: E402
-from common.data import InputShard  # noqa: E402
-from common.launchers import create_launcher  # noqa: E402
+from tf_recipes import training  # noqa: E402
+from tf_recipes.data import InputShard  # noqa: E402
+from tf_recipes.launchers import create_launcher  # noqa: E402
 
 BARE = "bare tf.function loop"
 
@@ -66,7 +66,7 @@ def bare_loop(images, labels, batch, steps, warmup, seed) -> float:
 
 
 def recipe_loop(launcher, images, labels, batch, steps, warmup, seed, steps_per_loop) -> float:
-    """Images/s of common.training's loop over the steps after `warmup`."""
+    """Images/s of tf_recipes.training's loop over the steps after `warmup`."""
     keras.utils.set_random_seed(seed)
     with tempfile.TemporaryDirectory() as folder:
         trainer = training.Trainer(launcher, "mnist-cnn", num_examples=len(images), per_replica_batch=batch,

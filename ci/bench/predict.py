@@ -26,8 +26,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from common import export  # noqa: E402
-from common.contract import (EXIT_USER_ERROR, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,  # noqa: E402
+from tf_recipes import export  # noqa: E402
+from tf_recipes.contract import (EXIT_USER_ERROR, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,  # noqa: E402
                              EXPORT_SIGNATURE, FINAL_WEIGHTS_FILE, RESULTS_FILE)
 
 

@@ -12,7 +12,7 @@ import subprocess
 from ci.bench import plan, report as bench_report
 from ci.bench.plan import Measurement
 from commands import launch
-from common.contract import RESULTS_FILE
+from tf_recipes.contract import RESULTS_FILE
 
 
 # -- one run ---------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from commands.choices import BASES, RUNTIMES, STACK_BASES
-from common.contract import DEFAULT_STACK, RESULT_FIELDS, STACK_LAUNCHERS, STACKS
+from tf_recipes.contract import DEFAULT_STACK, RESULT_FIELDS, STACK_LAUNCHERS, STACKS
 
 TIERS = ("smoke", "cpu", "gpu")
 # Parity tolerances of tests/integration/test_mnist_launchers.py: float32 sums in another order move the last

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 from ci.nightly import matrix as nightly
 from commands.choices import STACK_BASES
-from common.contract import DEFAULT_STACK
+from tf_recipes.contract import DEFAULT_STACK
 
 MARK = {"pass": "✅ pass", "fail": "❌ **fail**"}
 

@@ -21,7 +21,7 @@ import uuid
 
 from ci.nightly import matrix as nightly
 from ci.nightly import report as nightly_report
-from common import user_paths
+from tf_recipes import user_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INVOKE = (sys.executable, "-m", "invoke")

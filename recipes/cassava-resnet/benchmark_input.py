@@ -46,10 +46,10 @@ import tensorflow as tf  # noqa: E402
 
 import generated_cassava  # noqa: E402
 import input_pipeline  # noqa: E402
-from common import user_paths  # noqa: E402
-from common.data import InputShard, steps_per_epoch  # noqa: E402
-from tools.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
-from common.results import throughput, versions, write_json  # noqa: E402
+from tf_recipes import user_paths  # noqa: E402
+from tf_recipes.data import InputShard, steps_per_epoch  # noqa: E402
+from tf_recipes.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
+from tf_recipes.results import throughput, versions, write_json  # noqa: E402
 
 PIPELINES = ("seed", "ours")
 
@@ -174,8 +174,8 @@ def benchmark_training_step(image_size: int, batch: int, warmup: int, steps: int
     import keras
 
     import train
-    from common import training
-    from common.launchers import create_launcher
+    from tf_recipes import training
+    from tf_recipes.launchers import create_launcher
 
     launcher = create_launcher("single")
     keras.utils.set_random_seed(seed)

@@ -13,8 +13,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from common import user_paths  # noqa: E402
-from common.data import DataError  # noqa: E402
+from tf_recipes import user_paths  # noqa: E402
+from tf_recipes.data import DataError  # noqa: E402
 from input_pipeline import cassava_builder  # noqa: E402
 
 

@@ -6,7 +6,7 @@ index. The seed's pipeline decodes (TFDS) and resizes in parallel in its first e
 resized float32 images in memory (`Dataset.cache()`), one copy per process.
 
     cassava_builder(data_dir)                  the prepared TFDS `cassava` dataset, or a DataError
-    (or a common.image_folder.ImageFolder: the user's own photos, through the same cache and order)
+    (or a tf_recipes.image_folder.ImageFolder: the user's own photos, through the same cache and order)
     cache_split(builder, split, size, ...)     decode + resize once, sharded, parallel -> ImageArrays
     synthetic_split(num, size, seed)           generated images at the training size -> ImageArrays
     make_train_dataset(arrays, shard, ...)     this pipeline's per-replica batches, in sharded_order
@@ -20,7 +20,7 @@ that runs the pipeline. Here the images are uint8 (270 KB each, 1.5 GB for the 5
 in files read through np.memmap: the page cache holds one copy for every process on a node, and a job
 that starts again reuses it.
 
-Why sharded by example index, before decoding: `common.data.sharded_order` gives every launcher the
+Why sharded by example index, before decoding: `tf_recipes.data.sharded_order` gives every launcher the
 same global batches. The cache is cut into chunks of CHUNK examples, and input pipeline p of P
 decodes only the p-th run of 1/P of the chunks, so every photo is decoded once in the whole job when
 the cache folder is shared (one node, or a shared file system). A chunk another node wrote where this
@@ -39,10 +39,10 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from common.atomic import replace_durably
-from common.contract import DiskFullError
-from common.data import DataError, InputShard, cannot_download, check_labels, error_reason, sharded_order
-from common.image_folder import VAL, ImageFolder, unreadable
+from tf_recipes.atomic import replace_durably
+from tf_recipes.contract import DiskFullError
+from tf_recipes.data import DataError, InputShard, cannot_download, check_labels, error_reason, sharded_order
+from tf_recipes.image_folder import VAL, ImageFolder, unreadable
 
 AUTOTUNE = tf.data.AUTOTUNE
 CHUNK = 256  # examples per cache file
@@ -319,7 +319,7 @@ def _temporary(path: str) -> str:
 
 
 def _publish_chunk(folder: str, start: int, images_file, labels: np.ndarray, checksums: np.ndarray) -> None:
-    """Each file fsynced, then renamed, then the folder fsynced (common.atomic): after a crash a
+    """Each file fsynced, then renamed, then the folder fsynced (tf_recipes.atomic): after a crash a
     published file holds its bytes, and an images file comes with its labels and crc32s."""
     images_path, labels_path = chunk_paths(folder, start)
     for path, array in ((labels_path, labels), (checksums_path(folder, start), checksums)):

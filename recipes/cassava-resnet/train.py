@@ -7,7 +7,7 @@ seed tutorial's model and hyper-parameters. The same script runs under every lau
 
     python recipes/cassava-resnet/train.py --launcher single --data-dir DIR
     python recipes/cassava-resnet/train.py --launcher mirrored --data-dir DIR        # all local GPUs
-    python -m tools.spawn --nproc 2 -- python recipes/cassava-resnet/train.py --launcher multiworker --data-dir DIR
+    python -m tf_recipes.spawn --nproc 2 -- python recipes/cassava-resnet/train.py --launcher multiworker --data-dir DIR
     horovodrun -np 4 -H localhost:4 python recipes/cassava-resnet/train.py --launcher horovod --data-dir DIR
 
 or all of them through `invoke run cassava-resnet --gpus N --launcher L -- --data-dir DIR`.
@@ -23,7 +23,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from common import cli, image_folder, user_paths  # noqa: E402
+from tf_recipes import cli, image_folder, user_paths  # noqa: E402
 
 RECIPE = "cassava-resnet"
 
@@ -57,10 +57,10 @@ import h5py  # noqa: E402
 import keras  # noqa: E402
 
 import input_pipeline  # noqa: E402
-from common import export, training  # noqa: E402
-from common.data import DataError, cannot_download, error_reason  # noqa: E402
-from common.image_folder import read_image_folder  # noqa: E402
-from common.launchers import create_launcher  # noqa: E402
+from tf_recipes import export, training  # noqa: E402
+from tf_recipes.data import DataError, cannot_download, error_reason  # noqa: E402
+from tf_recipes.image_folder import read_image_folder  # noqa: E402
+from tf_recipes.launchers import create_launcher  # noqa: E402
 
 
 # ## Data

@@ -34,7 +34,7 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # common.data, when run as a script
+sys.path.insert(0, str(REPO))  # tf_recipes.data, when run as a script
 
 import tensorflow as tf  # noqa: E402
 
@@ -43,10 +43,10 @@ import labels  # noqa: E402
 import layout  # noqa: E402
 import make_fixture  # noqa: E402
 import prepare_data  # noqa: E402
-from common import user_paths  # noqa: E402
-from common.atomic import replace_durably  # noqa: E402
-from common.data import InputShard, sharded_order  # noqa: E402
-from tools.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
+from tf_recipes import user_paths  # noqa: E402
+from tf_recipes.atomic import replace_durably  # noqa: E402
+from tf_recipes.data import InputShard, sharded_order  # noqa: E402
+from tf_recipes.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 SEED = 0

@@ -1,6 +1,6 @@
 """Input pipeline of the Cityscapes UNet: prepared PNGs -> (image, category map) batches.
 
-Training order: common.data.sharded_order shuffles example *indices* per epoch and deals them to
+Training order: tf_recipes.data.sharded_order shuffles example *indices* per epoch and deals them to
 the input pipelines before anything is read, so each pipeline reads and decodes only its own share,
 and the replicas of step i together always hold global batch i, whatever the launcher.
 
@@ -23,9 +23,9 @@ import struct
 import numpy as np
 import tensorflow as tf
 
-from common import user_paths
-from common.contract import class_name_problem
-from common.data import DataError, InputShard, error_reason, global_order, pipeline_positions
+from tf_recipes import user_paths
+from tf_recipes.contract import class_name_problem
+from tf_recipes.data import DataError, InputShard, error_reason, global_order, pipeline_positions
 
 import layout
 import labels

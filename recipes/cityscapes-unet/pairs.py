@@ -31,8 +31,8 @@ import re
 import numpy as np
 from PIL import Image
 
-from common import user_paths
-from common.contract import class_name_problem
+from tf_recipes import user_paths
+from tf_recipes.contract import class_name_problem
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 MASK_SUFFIX = ".png"

@@ -12,7 +12,7 @@ gtFine_trainvaltest.zip) or the folders they extract to (leftImg8bit/, gtFine/);
 a zip or a folder. The output (see layout.py) keeps each RGB PNG byte for byte and writes the
 category map as an 8-bit PNG, with a sorted index per split, which data.py reads. PNG files were
 chosen over TFRecord shards because data.py needs any example in any order (the global batches are
-fixed by common.data.sharded_order); the measurements are in README.md.
+fixed by tf_recipes.data.sharded_order); the measurements are in README.md.
 
 Every pair is decoded and checked. All problems are collected and reported together, naming each
 file, and a split's index is written only when the whole split is clean, so a split with problems
@@ -38,8 +38,8 @@ from PIL import Image
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # common, when run as a script
 
-from common import user_paths  # noqa: E402
-from common.atomic import write_atomically  # noqa: E402
+from tf_recipes import user_paths  # noqa: E402
+from tf_recipes.atomic import write_atomically  # noqa: E402
 import labels  # noqa: E402
 import layout  # noqa: E402
 import pairs as pairs_format  # noqa: E402

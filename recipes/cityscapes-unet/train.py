@@ -24,7 +24,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", ".."), HERE]
 
-from common import cli  # noqa: E402
+from tf_recipes import cli  # noqa: E402
 
 RECIPE = "cityscapes-unet"
 
@@ -107,9 +107,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import data  # noqa: E402
-from common import export, training  # noqa: E402
-from common.data import DataError  # noqa: E402
-from common.launchers import create_launcher  # noqa: E402
+from tf_recipes import export, training  # noqa: E402
+from tf_recipes.data import DataError  # noqa: E402
+from tf_recipes.launchers import create_launcher  # noqa: E402
 from labels import CATEGORY_COLOURS, CATEGORY_NAMES, NUM_CATEGORIES  # noqa: E402
 from model import build_unet, cross_entropy_dice, iou_sums, mean_iou  # noqa: E402
 

@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from tools import predicting  # noqa: E402
+from tf_recipes import predicting  # noqa: E402
 
 if __name__ == "__main__":
     predicting.main(__doc__.split("\n")[0], "classification")

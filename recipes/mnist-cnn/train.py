@@ -7,7 +7,7 @@ The same script runs under every launcher; only `--launcher` and the program tha
     python recipes/mnist-cnn/train.py --launcher single
     python recipes/mnist-cnn/train.py --launcher mirrored                  # all local GPUs
     python recipes/mnist-cnn/train.py --launcher mirrored --cpu-replicas 2 # no GPU: 2 CPU replicas
-    python -m tools.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
+    python -m tf_recipes.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
     horovodrun -np 2 -H localhost:2 python recipes/mnist-cnn/train.py --launcher horovod
 
 or all of them through `invoke run mnist-cnn --gpus N --launcher L`.
@@ -26,7 +26,7 @@ import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from common import cli, image_folder, user_paths  # noqa: E402
+from tf_recipes import cli, image_folder, user_paths  # noqa: E402
 
 RECIPE = "mnist-cnn"
 
@@ -51,9 +51,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from common import export, training  # noqa: E402
-from common.data import DataError, cannot_download, check_labels, error_reason, sharded_order  # noqa: E402
-from common.launchers import create_launcher  # noqa: E402
+from tf_recipes import export, training  # noqa: E402
+from tf_recipes.data import DataError, cannot_download, check_labels, error_reason, sharded_order  # noqa: E402
+from tf_recipes.launchers import create_launcher  # noqa: E402
 
 
 # ## Data

@@ -23,7 +23,7 @@ import pytest
 
 from ci.nightly import matrix as nightly
 from helpers import REPO, assert_ok, read_results, recipe_module
-from common import image_folder
+from tf_recipes import image_folder
 from image_folder_data import CLASSES, write_image_folder
 from test_mnist_launchers import WEIGHT_ATOL, load_weights
 

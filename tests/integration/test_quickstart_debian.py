@@ -26,7 +26,7 @@ import time
 import pytest
 
 from ci.nightly.matrix import shell_lines
-from common import contract
+from tf_recipes import contract
 from error_checks import error_lines
 from helpers import REPO, RESULT_FIELDS
 

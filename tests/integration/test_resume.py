@@ -81,7 +81,7 @@ def test_multiworker_resume_of_a_finished_run_ends_on_every_process(tmp_path):
     """Every process reads the same checkpoint and ends before any collective: none waits for a
     chief that already returned."""
     def spawn(*extra):
-        return run_python("-m", "tools.spawn", "--nproc", "2", "--", sys.executable, *ARGS, "--launcher",
+        return run_python("-m", "tf_recipes.spawn", "--nproc", "2", "--", sys.executable, *ARGS, "--launcher",
                           "multiworker", "--max-steps", "4", "--results-dir", str(tmp_path), *extra, timeout=300)
 
     assert_ok(spawn())

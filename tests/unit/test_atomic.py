@@ -1,10 +1,10 @@
-"""common.atomic: a file written there holds its new content or its old one, never part of one; the
+"""tf_recipes.atomic: a file written there holds its new content or its old one, never part of one; the
 file and its folder are fsynced; no temporary file is left behind."""
 import os
 
 import pytest
 
-from common import atomic
+from tf_recipes import atomic
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from commands.containers import ROOTFS_MARKER
-from common.contract import class_name_problem
+from tf_recipes.contract import class_name_problem
 from helpers import REPO, run_invoke
 
 STAND_INS = {

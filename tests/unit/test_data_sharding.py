@@ -3,7 +3,7 @@ single device sees, in the same order, with disjoint shares and equal step count
 import numpy as np
 import pytest
 
-from common.data import DataError, InputShard, epoch_order, sharded_order, steps_per_epoch
+from tf_recipes.data import DataError, InputShard, epoch_order, sharded_order, steps_per_epoch
 
 
 def global_batches(num_examples, global_batch, total_steps, seed, pipelines, replicas_per_pipeline, start=0):

@@ -50,7 +50,7 @@ def module_globals() -> dict[str, dict[str, int]]:
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_parsing_sets_no_module_global(recipe):
-    from common import test_hooks
+    from tf_recipes import test_hooks
 
     parse = recipe_parser(recipe)
     parse([])  # every module the parser needs is loaded

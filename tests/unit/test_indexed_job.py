@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from common import indexed_job
-from common.contract import ClusterError
+from tf_recipes import indexed_job
+from tf_recipes.contract import ClusterError
 
 ENV = {"JOB_COMPLETION_INDEX": "1", "TF_RECIPES_WORKERS": "3", "TF_RECIPES_WORKER_PORT": "2222",
        "TF_RECIPES_WORKER_HOST_PATTERN": "job-{index}.job"}

@@ -66,7 +66,7 @@ def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
     process = run_invoke("run", "mnist-cnn", "--gpus", "0", "--cpu-replicas", "2", "--launcher", "multiworker",
                          "--runtime", "local", "--results-dir", str(results), "--dry", "--", "--max-steps", "3")
     assert process.returncode == 0
-    assert "tools.spawn --nproc 2" in process.stdout and "--max-steps 3" in process.stdout
+    assert "tf_recipes.spawn --nproc 2" in process.stdout and "--max-steps 3" in process.stdout
     assert not results.exists()
 
 

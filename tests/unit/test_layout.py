@@ -1,4 +1,4 @@
-"""The house rules, checked on the code itself: commands/ is pure, common.contract and
+"""The house rules, checked on the code itself: commands/ is pure, tf_recipes.contract and
 commands.choices import nothing, every name of the contract is used inside a training image (the
 host side's own names are commands.choices'), no import loops (lazy imports included), every
 package's docstring names what it holds, no constant of either is written twice, and no long function
@@ -103,9 +103,9 @@ def impurities(source: str, where: str) -> list[str]:
                 top = module.split(".")[0]
                 if top in IMPURE_MODULES:
                     found.append(f"{where}:{node.lineno}: imports {module}")
-                elif top in ("common", "tools", "ci", "tasks") and module != "common.contract" \
+                elif top in ("common", "tools", "ci", "tasks") and module != "tf_recipes.contract" \
                         and not (module == "common" and [a.name for a in node.names] == ["contract"]):
-                    found.append(f"{where}:{node.lineno}: imports {module} (only common.contract is pure)")
+                    found.append(f"{where}:{node.lineno}: imports {module} (only tf_recipes.contract is pure)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in IMPURE_CALLS:
             found.append(f"{where}:{node.lineno}: calls {node.func.id}()")
         elif isinstance(node, ast.Attribute) and node.attr in IMPURE_OS:
@@ -132,7 +132,7 @@ def test_commands_build_and_run_nothing():
     ("import os\ndef f(p):\n    return os.path.exists(p)", "uses os.path.exists"),
     ("import os\ndef f(p):\n    return os.listdir(p)", "uses os.listdir"),
     ("def f():\n    from tasks import host\n    return host.ROOT", "imports tasks"),
-    ("from common.launchers import create_launcher", "imports common.launchers"),
+    ("from tf_recipes.launchers import create_launcher", "imports tf_recipes.launchers"),
 ])
 def test_the_purity_check_catches_each_kind_of_impurity(source, what):
     found = impurities(source, "probe.py")
@@ -145,7 +145,7 @@ def test_the_contract_and_the_host_choices_import_nothing(module):
     assert not [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
-# -- common.contract holds what a training image uses; the host side's own names are commands.choices' ---
+# -- tf_recipes.contract holds what a training image uses; the host side's own names are commands.choices' ---
 
 IMAGE_SIDE = ("common", "recipes", "tools")  # what runs inside a recipe's image
 
@@ -202,14 +202,14 @@ def test_every_name_of_the_contract_is_used_inside_a_training_image():
 def test_the_unused_name_check_sees_host_only_names_and_what_a_used_function_needs():
     contract = ("A = 1\nB = (1, 2)\nFIRST = {}\n\n\ndef pick(x):\n    return FIRST[x]\n\n\n"
                 "class Oops(Exception):\n    pass\n")
-    assert contract_names_unused_in_images(contract, ["from common.contract import A\n", "contract.pick(1)\n"]) \
+    assert contract_names_unused_in_images(contract, ["from tf_recipes.contract import A\n", "contract.pick(1)\n"]) \
         == ["B", "Oops"]
 
 
 def test_no_import_loops_lazy_imports_included():
     graph = import_graph()
-    assert graph["common.training"] >= {"common.launchers", "common.contract"}  # the scan sees imports
-    assert "common.contract" in graph["common.cli"]
+    assert graph["tf_recipes.training"] >= {"tf_recipes.launchers", "tf_recipes.contract"}  # the scan sees imports
+    assert "tf_recipes.contract" in graph["tf_recipes.cli"]
     assert cycles(graph) == []
 
 
@@ -233,7 +233,7 @@ def test_each_package_docstring_names_everything_it_holds(package):
 
 def test_no_constant_of_the_contract_is_written_again():
     from commands import choices
-    from common import contract
+    from tf_recipes import contract
 
     constants = {name: frozenset(value) for module in (contract, choices) for name, value in vars(module).items()
                  if name.isupper() and isinstance(value, (tuple, frozenset)) and len(value) > 1}
@@ -241,7 +241,7 @@ def test_no_constant_of_the_contract_is_written_again():
                 and value > 4}
     found = []
     for name, path in MODULES.items():
-        if name in ("common.contract", "commands.choices"):
+        if name in ("tf_recipes.contract", "commands.choices"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and node.elts \
@@ -250,7 +250,7 @@ def test_no_constant_of_the_contract_is_written_again():
                 found += [f"{path.relative_to(REPO)}:{node.lineno}: {c}" for c, v in constants.items() if values == v]
             elif isinstance(node, ast.Constant) and node.value in statuses and not isinstance(node.value, bool):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: exit status {node.value}")
-    assert found == [], "write these as common.contract's names:\n" + "\n".join(found)
+    assert found == [], "write these as tf_recipes.contract's names:\n" + "\n".join(found)
 
 
 def test_functions_are_short_but_for_the_ones_kept_whole():
@@ -298,7 +298,7 @@ def reached_from_train_scripts() -> set[str]:
 
 def test_common_holds_only_what_some_train_script_imports():
     held = {name for name in MODULES if name.startswith("common.")}
-    assert {"common.training", "common.launchers", "common.contract"} <= reached_from_train_scripts()
+    assert {"tf_recipes.training", "tf_recipes.launchers", "tf_recipes.contract"} <= reached_from_train_scripts()
     assert held - reached_from_train_scripts() == set(), \
         "no train.py imports these, directly or not: move them out of common/ (tools/ holds what runs beside training)"
 
@@ -315,7 +315,7 @@ def launcher_name_comparisons(source: str, where: str) -> list[str]:
     bound to one of those. Iterating over names, dict keys, arguments and help texts compare nothing.
     A trait whose values include a launcher name (collective: "horovod") may be compared with it
     when the other side names the trait (`launcher_trait(name, "collective") == "horovod"`)."""
-    from common import contract
+    from tf_recipes import contract
 
     names = set(contract.LAUNCHERS)
     trait_values = {}  # a launcher name -> the traits that have it as a value
@@ -410,5 +410,5 @@ def test_no_launcher_name_is_compared_outside_the_launchers_and_the_contract():
         where = str(path.relative_to(REPO))
         if where not in NAMING_LAUNCHERS:
             found += launcher_name_comparisons(path.read_text(), where)
-    assert found == [], ("read a trait of common.contract.LAUNCHER_TRAITS (launcher_trait(launcher, TRAIT)) "
+    assert found == [], ("read a trait of tf_recipes.contract.LAUNCHER_TRAITS (launcher_trait(launcher, TRAIT)) "
                          "instead of comparing launcher names:\n" + "\n".join(found))

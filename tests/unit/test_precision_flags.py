@@ -4,7 +4,7 @@ do in training runs is tests/integration/test_precision.py; the overflow it inje
 (TF_RECIPES_FAULT_OVERFLOW) is checked in tests/unit/test_training_parts.py."""
 import pytest
 
-from common import cli
+from tf_recipes import cli
 from helpers import run_python
 from test_bad_numbers import RECIPES, assert_parser_refuses, recipe_parser
 

@@ -9,7 +9,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from commands import choices
-from common import contract
+from tf_recipes import contract
 from helpers import REPO, run_invoke
 
 STACK_FILES = {path.stem: path for path in (REPO / "stacks").glob("*.txt")}

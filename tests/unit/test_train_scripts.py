@@ -1,5 +1,5 @@
 """Every recipe's train.py reads the same way: the same section headings in the same order, each part
-under its heading, and no test hook (the faults and the download host are common.test_hooks')."""
+under its heading, and no test hook (the faults and the download host are tf_recipes.test_hooks')."""
 import ast
 import re
 

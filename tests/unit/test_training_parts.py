@@ -1,7 +1,7 @@
 """The pure parts of the training loop and its neighbours, with real values: where a compiled call ends
-(common.training.loop_end), the learning-rate warm-up, the evaluation sums, the weights' fingerprint,
-the SLURM variables' check, a resume's identity check (common.checkpoints), the progress line and
-results.json (common.reporting), and the test hooks (common.test_hooks). No model is trained here."""
+(tf_recipes.training.loop_end), the learning-rate warm-up, the evaluation sums, the weights' fingerprint,
+the SLURM variables' check, a resume's identity check (tf_recipes.checkpoints), the progress line and
+results.json (tf_recipes.reporting), and the test hooks (tf_recipes.test_hooks). No model is trained here."""
 import errno
 import os
 from types import SimpleNamespace
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common import checkpoints, contract, launchers, reporting, test_hooks, training
-from common.data import cannot_download
+from tf_recipes import checkpoints, contract, launchers, reporting, test_hooks, training
+from tf_recipes.data import cannot_download
 from helpers import run_python
 
 # -- where a compiled call ends ----------------------------------------------------------------------

@@ -31,7 +31,7 @@ def odd_folder(tmp_path):
 
 
 def test_the_reader_takes_regular_files_and_links_to_them_and_names_the_rest(odd_folder):
-    code = ("import sys; from common import user_paths; listing = user_paths.list_files(sys.argv[1])\n"
+    code = ("import sys; from tf_recipes import user_paths; listing = user_paths.list_files(sys.argv[1])\n"
             "print(listing.files); print(listing.others)")
     process = run_python("-c", code, str(odd_folder), timeout=60, env={"PYTHONPATH": str(REPO)})
     files, others = process.stdout.splitlines()
@@ -45,7 +45,7 @@ def test_an_image_folder_for_training_names_a_fifo_among_the_photos(tmp_path):
         (tmp_path / split / "cats").mkdir(parents=True)
         (tmp_path / split / "cats" / "a.jpg").write_bytes(b"\xff\xd8")
     os.mkfifo(tmp_path / "train" / "cats" / "b.jpg")
-    code = ("import sys; from common import image_folder\n"
+    code = ("import sys; from tf_recipes import image_folder\n"
             "try:\n    image_folder.read_image_folder(sys.argv[1])\nexcept image_folder.DataError as error:\n"
             "    print(error)")
     process = run_python("-c", code, str(tmp_path), timeout=60, env={"PYTHONPATH": str(REPO)})
@@ -97,14 +97,14 @@ def test_a_train_script_refuses_folder_flags_before_it_loads_tensorflow(tmp_path
 
 
 def test_the_cache_of_cassava_stays_out_of_the_data(tmp_path):
-    from common import cli
+    from tf_recipes import cli
 
     args = type("Args", (), {"data_dir": str(tmp_path), "results_dir": None, "cache_dir": str(tmp_path / "cache")})
     assert f"--cache-dir {tmp_path}/cache lies inside --data-dir {tmp_path}" in cli.folder_flags_problem(args)
 
 
 def test_predict_refuses_an_out_inside_the_model_before_loading_it(tmp_path):
-    from tools import predicting
+    from tf_recipes import predicting
 
     version = tmp_path / "export" / "1"
     version.mkdir(parents=True)
@@ -147,7 +147,7 @@ def test_invoke_nightly_refuses_an_out_inside_its_history_and_a_matrix_that_is_a
 def test_preflight_refuses_a_results_dir_that_is_a_file(tmp_path):
     results = tmp_path / "preflight.txt"
     results.write_text("")
-    assert_one_error_line(run_python("-m", "tools.preflight", "--results-dir", str(results), timeout=60),
+    assert_one_error_line(run_python("-m", "tf_recipes.preflight", "--results-dir", str(results), timeout=60),
                           f"--results-dir {results} is a file, not a folder")
 
 
@@ -217,7 +217,7 @@ def test_an_image_name_docker_would_refuse_is_one_line():
 
 
 def test_tools_spawn_refuses_a_host_name_tf_config_cannot_hold():
-    process = run_python("-m", "tools.spawn", "--nproc", "1", "--hosts", "node1:4", "--", "true", timeout=60)
+    process = run_python("-m", "tf_recipes.spawn", "--nproc", "1", "--hosts", "node1:4", "--", "true", timeout=60)
     assert process.returncode == 2 and "--hosts: 'node1:4' is not a host name" in process.stderr, process.stderr
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cassava_data import SPLITS, TEST_PHOTO_SIZES
-from common.data import InputShard
+from tf_recipes.data import InputShard
 from error_checks import assert_one_line_error
 from helpers import recipe_module, run_python
 

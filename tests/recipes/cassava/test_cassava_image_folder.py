@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from common.data import DataError, InputShard
-from common.image_folder import read_image_folder
+from tf_recipes.data import DataError, InputShard
+from tf_recipes.image_folder import read_image_folder
 from error_checks import assert_one_line_error, without_tf_log
 from helpers import RECIPES, assert_ok, read_results, recipe_module, run_python
 from image_folder_data import CLASSES, write_image_folder, write_photo
@@ -121,7 +121,7 @@ def test_a_class_folder_whose_name_is_not_one_line_is_named_with_its_folder(tmp_
 
 
 def test_the_export_refuses_a_class_name_that_is_not_one_line_of_labels_txt(tmp_path):
-    from common import export
+    from tf_recipes import export
     with pytest.raises(DataError, match=r"class name 'ban\\nana' holds a line break .* labels.txt"):
         export.write_export(str(tmp_path / "export"), None, recipe="cassava-resnet", task=export.CLASSIFICATION,
                             class_names=["apple", "ban\nana"], image_size=(32, 32), channels=3, to_model=None)

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from cassava_data import SPLITS
-from common.data import DataError, InputShard
+from tf_recipes.data import DataError, InputShard
 from helpers import recipe_module
 
 input_pipeline = recipe_module("cassava-resnet", "input_pipeline")
@@ -142,7 +142,7 @@ def test_a_chunk_of_zeros_of_the_right_size_is_found_by_its_crc32_and_decoded_ag
 
 # -- sharding ----------------------------------------------------------------------------------------
 # (That every launcher layout puts the same examples on each replica is tested in
-# tests/unit/test_data_sharding.py, for common.data.sharded_order itself.)
+# tests/unit/test_data_sharding.py, for tf_recipes.data.sharded_order itself.)
 
 # -- the seed's pipeline ------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from common.data import global_order
+from tf_recipes.data import global_order
 from error_checks import assert_one_line_error
 from helpers import assert_ok, read_results, recipe_module, run_python
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from common.data import DataError, InputShard, sharded_order
+from tf_recipes.data import DataError, InputShard, sharded_order
 from helpers import recipe_module
 
 data = recipe_module("cityscapes-unet", "data")

@@ -12,7 +12,7 @@ from error_checks import assert_one_line_error
 from helpers import assert_ok, read_results, results_beside, run_python
 from test_mnist_data import write_npz
 
-from common.data import DataError, check_labels
+from tf_recipes.data import DataError, check_labels
 
 TRAIN = "recipes/mnist-cnn/train.py"
 

@@ -20,13 +20,13 @@ from helpers import assert_ok, run_invoke, run_python
 
 TRAIN = "recipes/mnist-cnn/train.py"
 PREDICT = "recipes/mnist-cnn/predict.py"
-MARKER = ".tf-recipes-export"  # common.export.PARTIAL_MARKER, spelled out: what the test expects on disk
+MARKER = ".tf-recipes-export"  # tf_recipes.export.PARTIAL_MARKER, spelled out: what the test expects on disk
 
 # train.py, killed (SIGKILL) as its export writes the first file of assets.extra: the SavedModel of the
 # new version is on disk, its extras are not, and nothing has been renamed yet.
 KILLED_WHILE_EXPORTING = """
 import os, runpy, signal, sys
-from common import export
+from tf_recipes import export
 write = export.write_atomically
 def write_or_die(path, data):
     if os.path.basename(os.path.dirname(path)) == export.EXTRA_DIR:
@@ -201,7 +201,7 @@ def test_under_two_workers_every_worker_refuses_before_it_trains(tmp_path):
     results.mkdir()
     message = an_export_file(results / "export")
     before = snapshot(results / "export")
-    process = run_python("-m", "tools.spawn", "--nproc", "2", "--", sys.executable, TRAIN, "--launcher", "multiworker",
+    process = run_python("-m", "tf_recipes.spawn", "--nproc", "2", "--", sys.executable, TRAIN, "--launcher", "multiworker",
                          "--synthetic", "--max-steps", "2", "--results-dir", str(results))
     assert process.returncode == 2, process.stderr[-6000:]
     assert "Traceback" not in process.stderr

@@ -1,6 +1,6 @@
 """`invoke predict` on a folder a careless user hands it: a FIFO, a socket or a dangling link among the
 photos is named on one line and skipped, never opened, and the other photos are predicted. The model is
-a small export written here (common.export.write_export, as a training run writes it), and every run is
+a small export written here (tf_recipes.export.write_export, as a training run writes it), and every run is
 a subprocess with a timeout, so that a reader that blocks fails the test instead of hanging the suite."""
 import csv
 import os
@@ -9,7 +9,7 @@ import socket
 import keras
 import pytest
 
-from common import export
+from tf_recipes import export
 from error_checks import without_tf_log
 from export_checks import write_test_images
 from helpers import run_invoke
