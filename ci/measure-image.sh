@@ -18,9 +18,11 @@ echo "recipe layers: $(( $(size "$image") - $(size "$base_image") )) bytes on to
 
 copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
-git ls-files -z common tools recipes .dockerignore | xargs -0 cp --parents -t "$copy"
+# The recipe folder is the build context; its wheels/ holds the library's wheel the first build made.
+git ls-files -z "recipes/$recipe" | xargs -0 cp --parents -t "$copy"
+cp -r "recipes/$recipe/wheels" "$copy/recipes/$recipe/"
 echo "# one-line change $(date +%s%N)" >> "$copy/recipes/$recipe/train.py"
-argv=$("$invoke" build "$recipe" --base "$base" --dry | sed -n 's/^+ //p')
+argv=$("$invoke" build "$recipe" --base "$base" --dry | sed -n 's/^+ \(DOCKER_BUILDKIT=1 .* build .*\)/\1/p')
 start=$(date +%s.%N)
 (cd "$copy" && eval "$argv" >/dev/null 2>&1)
 end=$(date +%s.%N)

@@ -7,7 +7,8 @@ environment; the tasks (tasks/) do that with what these return.
 Paths inside every container are the same, so one train command works in Docker, in Apptainer and
 on the host from the repository root:
 
-    /workspace/tf-recipes   the code (common/, tools/ and recipes/<name>/); the working directory
+    /workspace/tf-recipes   the working directory: recipes/<name>/ holds the recipe's folder (the library,
+                            tf_recipes, is installed from its wheel)
     /data                   the dataset, read-only
     /results                checkpoints, logs and measurements, read-write
 """
@@ -88,6 +89,24 @@ def build_debian_base_commands(rootfs: str, tarball: str, tag: str, *, suite: st
         build_rootfs_tar_command(rootfs, tarball),
         build_docker_import_command(tarball, tag, docker=docker),
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The library's wheel, which a recipe image installs from the recipe folder's wheels/
+# ---------------------------------------------------------------------------------------------
+
+# The files of the repository the library's wheel is built from (pyproject.toml names them).
+LIBRARY_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "common", "stacks")
+WHEELS_DIR = "wheels"  # in a recipe folder; gitignored
+
+
+def build_library_wheel_command(source: str, wheels: str, python: str = "python") -> list[str]:
+    """`pip wheel` of the library (tf-recipes) in `source` into the folder `wheels`: no dependencies (the
+    image installs them with the stack's pins) and no build isolation (the venv's setuptools, so no
+    download is needed)."""
+    _require_value("source", source)
+    _require_value("wheels", wheels)
+    return [python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, source]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,9 +309,10 @@ def build_sif_from_image_commands(image: str, sif: str, tarball: str, *, compres
 
 def render_apptainer_definition(base_image: str, recipe: str, stack: str = "ngc-25.02") -> str:
     """An Apptainer definition that does what `recipes/<recipe>/Dockerfile` does, from `base_image`,
-    with the pins of `stack` (stacks/STACK.txt, the stack of `base_image`).
+    with the pins of `stack` (the stack of `base_image`, carried by the library's wheel).
 
-    Build it from the repository root (the %files paths are relative to it):
+    Build it from the recipe folder (the %files paths are relative to it), with the library's wheel in
+    its wheels/ folder, as for the Dockerfile (`pip wheel --no-deps -w wheels /path/to/tf-recipes`):
         apptainer build RECIPE.sif RECIPE.def
     Behind a TLS-intercepting proxy, add `--bind /etc/ssl/certs:/mnt` so pip finds the site bundle
     at /mnt/ca-certificates.crt; like the Docker secret, it is then never part of the image.
@@ -304,7 +324,7 @@ def render_apptainer_definition(base_image: str, recipe: str, stack: str = "ngc-
     if not stack or "/" in stack or stack.startswith(".") or any(c.isspace() for c in stack):
         raise ValueError(f"stack {stack!r} must be the name of a file in stacks/, like 'ngc-25.02'")
     base = base_image.removeprefix("docker://")
-    code = CONTAINER_WORKDIR
+    folder = f"{CONTAINER_WORKDIR}/recipes/{recipe}"
     return f"""\
 Bootstrap: docker
 From: {base}
@@ -316,23 +336,25 @@ From: {base}
     org.tf-recipes.stack {stack}
 
 %files
-    common {code}/common
-    tools {code}/tools
-    recipes/{recipe} {code}/recipes/{recipe}
-    stacks/{stack}.txt {code}/stacks/{stack}.txt
+    *.py {folder}/
+    requirements.txt {folder}/
+    README.md {folder}/
+    launch {folder}/
+    wheels /tmp/tf-recipes-wheels
 
 %post
     set -e
     if [ -f /mnt/ca-certificates.crt ]; then export PIP_CERT=/mnt/ca-certificates.crt; fi
-    # The stack's pins but TensorFlow's: the base image's TensorFlow stays, and keeps its own pins
-    # (protobuf, numpy) while the recipe's needs are added.
-    grep -v '^tensorflow==' {code}/stacks/{stack}.txt > /tmp/stack-constraints.txt
+    # The library from its wheel, then the recipe's requirements with the stack's pins, which the library
+    # carries, but TensorFlow's: the base image's TensorFlow stays, and keeps its own pins (protobuf, numpy).
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --no-deps --no-index \\
+        --find-links /tmp/tf-recipes-wheels tf-recipes
+    python3 -m tf_recipes.constraints {stack} > /tmp/stack.txt
+    grep -v '^tensorflow==' /tmp/stack.txt > /tmp/stack-constraints.txt
     tensorflow="$(python3 -c 'import importlib.metadata as m; d = m.packages_distributions()["tensorflow"][0]; print(f"{{d}}=={{m.version(d)}}")')"
-    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir -c /tmp/stack-constraints.txt \\
-        -r {code}/recipes/{recipe}/requirements.txt "$tensorflow"
-
-%environment
-    export PYTHONPATH={code}
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --find-links /tmp/tf-recipes-wheels \\
+        -c /tmp/stack-constraints.txt -r {folder}/requirements.txt "$tensorflow"
+    rm -rf /tmp/tf-recipes-wheels /tmp/stack.txt /tmp/stack-constraints.txt
 """  # noqa: E501 (the definition's lines are what the image build runs, as they stand)
 
 

@@ -43,7 +43,8 @@ def _sbatch_file(recipe: str, launcher: str, runner: str) -> str:
         edit += (f" Make the image with `enroot import -o {image[2:]} dockerd://tf-recipes/{recipe}:ngc`, "
                  "or give a registry image (nvcr.io#org/image:tag).")
     else:
-        edit += " The nodes need the checkout and its .venv (bash ci/setup.sh --horovod)."
+        edit += (" The nodes need the checkout and its .venv (bash ci/setup.sh --horovod), or this recipe folder"
+                 " and a venv with the tf-recipes library (docs/starting.md).")
     text = slurm.render_sbatch(recipe, launcher, nodes=NODES, gpus_per_node=GPUS, data_dir=data_dir, requeue=True,
                                **kwargs)
     shebang, rest = text.split("\n", 1)

@@ -28,8 +28,9 @@ NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 MAX_NAME = 50 - len("-multiworker")
 
 # Left out of the copy, as not source: at the top of a recipe folder, launch/ (rendered again for the
-# new name) and the data and results a run reads and writes; at any depth, checkpoints and caches.
-SKIPPED_TOP = ("launch", "data", "results")
+# new name), the data and results a run reads and writes, and wheels/ (the library's wheel `invoke build`
+# puts there); at any depth, checkpoints and caches.
+SKIPPED_TOP = ("launch", "data", "results", "wheels")
 SKIPPED_ANYWHERE = ("checkpoints", "__pycache__", ".ipynb_checkpoints", ".pytest_cache")
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 

@@ -115,6 +115,8 @@ def _srun_command(recipe: str, launcher: str, train_args, *, gpus_per_node: int,
     if data_dir and not module:
         train_args += ["--data-dir", "/data" if inside else data_dir]
     train = build_train_command(recipe, launcher, train_args, module=module)
+    if not inside and not module:  # the checkout's or a copied recipe folder's train.py (see _recipe_dir)
+        train[1] = ShellWord('"$RECIPE_DIR/train.py"')
     mpi_ranks = launcher_trait(launcher, "peers_from") == "mpi"  # srun starts them through its MPI plugin
     srun = ["srun", "--kill-on-bad-exit=1"] + ([f"--mpi={mpi}"] if mpi_ranks else [])
     if sif:
@@ -133,7 +135,7 @@ def _srun_command(recipe: str, launcher: str, train_args, *, gpus_per_node: int,
     return shell_join(srun + runner + train)
 
 
-def _environment(launcher: str, *, gpus_per_node: int, cpus_per_task: int, checkout: bool, mpi: str) -> list[str]:
+def _environment(launcher: str, *, gpus_per_node: int, cpus_per_task: int, mpi: str) -> list[str]:
     """The script's lines between its results folder and its first srun: what every task inherits."""
     lines = [
         "# Slurm 22.05 to 23.02: srun does not take --cpus-per-task from the job, so tasks can get fewer CPUs",
@@ -143,8 +145,6 @@ def _environment(launcher: str, *, gpus_per_node: int, cpus_per_task: int, check
         f"export {contract.GPUS_PER_PROCESS_ENV}="
         f"{gpus_per_node if launcher_trait(launcher, 'gpus_per_process') == 'all' else min(gpus_per_node, 1)}",
     ]
-    if checkout:  # not in a container, whose image sets it
-        lines.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"')
     peers_from = launcher_trait(launcher, "peers_from")
     if peers_from == "TF_CONFIG":
         lines.append("# Each task is one worker; SlurmClusterResolver builds the cluster from SLURM_* and")
@@ -152,6 +152,24 @@ def _environment(launcher: str, *, gpus_per_node: int, cpus_per_task: int, check
     elif peers_from == "mpi":
         lines.append(f"# Each task is one Horovod rank (MPI through srun --mpi={mpi}); rank 0 writes results.json.")
     return lines
+
+
+def _submit_from(recipe: str, on_host: bool) -> list[str]:
+    if not on_host:
+        return ["# Submit from the tf-recipes checkout: sbatch THIS_FILE"]
+    return [f"# Submit from the tf-recipes checkout (sbatch recipes/{recipe}/launch/THIS_FILE) or from the recipe",
+            "# folder, also a copy of it outside the checkout (sbatch launch/THIS_FILE)."]
+
+
+def _recipe_dir(recipe: str) -> list[str]:
+    """Where the tasks find train.py on the host: the recipe folder itself when the script is submitted from
+    it (a copy of the folder on its own), else recipes/RECIPE of the checkout it is submitted from."""
+    return [
+        "# The recipe's folder: the one submitted from when it holds train.py (a copy of the recipe folder on",
+        f"# its own, with the tf-recipes library installed), else recipes/{recipe} of the tf-recipes checkout.",
+        f"RECIPE_DIR=recipes/{recipe}",
+        'if [ -f train.py ]; then RECIPE_DIR=.; fi',
+    ]
 
 
 def _on_stop(requeue: bool) -> list[str]:
@@ -177,7 +195,8 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
                   job_name: str | None = None, cpus_per_task: int = 8, tasks_per_node: int | None = None,
                   signal_grace: int = DEFAULT_SIGNAL_GRACE, requeue: bool = False, preflight: bool = False,
                   preflight_deadline: int = PREFLIGHT_DEFAULT_DEADLINE, mpi: str = DEFAULT_MPI) -> str:
-    """The text of an sbatch script; submit it from the repository root with `sbatch FILE`.
+    """The text of an sbatch script; submit it from the repository root with `sbatch FILE` (on the host, also
+    from the recipe folder, which may be a copy of it outside the repository).
 
     `preflight`: a first step, with the same srun and container flags, runs `python -m
     tf_recipes.preflight` in every task; the job ends there (status 4) when the cluster is broken.
@@ -191,18 +210,19 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
     directives = _directives(launcher, job_name=job_name, nodes=nodes, gpus_per_node=gpus_per_node,
                              tasks_per_node=tasks_per_node, cpus_per_task=cpus_per_task, time=time,
                              signal_grace=signal_grace, partition=partition, account=account, requeue=requeue)
+    on_host = not (sif or container_image)
     command = _srun_command(recipe, launcher, train_args, gpus_per_node=gpus_per_node, sif=sif,
                             container_image=container_image, data_dir=data_dir, mpi=mpi)
     lines = ["#!/bin/bash"] + [f"#SBATCH {d}" for d in directives] + [
         "",
         f"# {recipe} with --launcher {launcher} on {nodes} node(s) x {gpus_per_node} GPU(s).",
-        "# Submit from the tf-recipes checkout: sbatch THIS_FILE",
+        *_submit_from(recipe, on_host),
         "set -euo pipefail",
         'cd "${SLURM_SUBMIT_DIR}"',
+        *(_recipe_dir(recipe) if on_host else []),
         f'RESULTS="$PWD/results/{recipe}/slurm-${{SLURM_JOB_ID}}"',
         'mkdir -p "$RESULTS"',
-        *_environment(launcher, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task,
-                      checkout=not (sif or container_image), mpi=mpi),
+        *_environment(launcher, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mpi=mpi),
     ]
     if preflight:
         check = _srun_command(recipe, launcher, ["--deadline", str(preflight_deadline), "--run-id",

@@ -84,6 +84,7 @@ def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
         except (ValueError, KeyError, TypeError):
             pairs = [(contract.INDEXED_JOB_INDEX, contract.INDEXED_JOB_WORKERS), ("SLURM_PROCID", "SLURM_NTASKS")]
     for rank, size in pairs:
+        # Distributed: the rank and size a launcher set, read before any collective
         if environ.get(rank, "").isdigit() and environ.get(size, "").isdigit():
             return int(environ[rank]), int(environ[size])
     return 0, 1
@@ -306,6 +307,7 @@ class Heartbeat:
             # Another attempt's file: another run id, or a start so long ago that it gave up already.
             if beat.get("run") != self.run_id or beat.get("started", 0) < self.started - self.deadline:
                 continue
+            # Distributed: a peer's heartbeat, compared per rank
             if self._last.get(rank, (None,))[0] != beat["beat"]:
                 self._last[rank] = (beat["beat"], now)
             self.seen[rank] = {**beat, "changed": self._last[rank][1]}
@@ -433,12 +435,14 @@ def _allreduce(launcher, tf):
     replica r (numbered over the whole job) contributed r+1 in every element."""
     if contract.launcher_trait(launcher.name, "collective") == "horovod":
         hvd = launcher.hvd
+        # Horovod: the exact all-reduce of the check, one value per rank
         return lambda n: [hvd.allreduce(tf.fill([n], float(hvd.rank() + 1)), op=hvd.Sum).numpy()]
     strategy, steps = launcher.strategy, {}
 
     def replica_step(n):
         context = tf.distribute.get_replica_context()
         value = tf.fill([n], tf.cast(context.replica_id_in_sync_group + 1, tf.float32))
+        # Strategy: the exact all-reduce of the check under a strategy
         return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
     def run(n):
@@ -451,10 +455,12 @@ def _allreduce(launcher, tf):
 def _measure(allreduce, sizes, repeats: int, replicas: int) -> list[dict]:
     rows = []
     for size in sizes:
+        # Distributed: the first all-reduce builds the step and warms the connections
         allreduce(size // 4)  # builds the step and warms the connections
         times = []
         for _ in range(repeats):
             started = time.perf_counter()
+            # Distributed: the timed all-reduces
             allreduce(size // 4)
             times.append(time.perf_counter() - started)
         rows.append(bandwidth_row(size, times, replicas))
@@ -471,9 +477,10 @@ def _versions(tf, launcher, nccl: dict, gpus: list) -> dict:
     except ImportError:
         horovod_version = "none"
     nccl_version = nccl["version"]
+    # Horovod: whether NCCL carries the all-reduce
     if nccl_version is None and contract.launcher_trait(launcher.name, "collective") == "horovod" \
-            and launcher.hvd.nccl_built():
-        nccl_version = str(launcher.hvd.nccl_built())
+            and launcher.hvd.nccl_built():  # Horovod: its NCCL, when it was built with it
+        nccl_version = str(launcher.hvd.nccl_built())  # Horovod: the version it was built with
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "horovod": horovod_version,
             # The CUDA the TensorFlow build was made for, when there is a GPU to use it on.
             "cuda": (info.get("cuda_version") or "none") if gpus else "none",
@@ -507,6 +514,7 @@ def _check(tf, launcher, args, heartbeat, deadline, nccl_pattern) -> dict:
     faulthandler.dump_traceback_later(max(deadline.remaining(), 1) + 10, exit=True)
     heartbeat.set_stage("all-reduce")
     allreduce = _allreduce(launcher, tf)
+    # Distributed: the all-reduce every rank must get exactly
     got = [float(v.min()) if v.min() == v.max() else float("nan") for v in allreduce(1024)]
     heartbeat.set_stage("bandwidth")
     bandwidth = _measure(allreduce, args.sizes, args.repeats, launcher.num_replicas)
@@ -555,6 +563,7 @@ def main(argv=None) -> int:
         deadline.fail(f"{type(error).__name__}: {summary}")
     deadline.stop()
     heartbeat.set_stage("done")
+    # Distributed: the chief alone writes the report
     if launcher.is_chief:
         write_json(os.path.join(args.results_dir, contract.PREFLIGHT_FILE), result)
         print(render_table(result), end="", flush=True)

@@ -82,7 +82,8 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
         "name": "job name (default RECIPE-LAUNCHER); results go to /results/NAME",
         "horovod-runner": "with mpijob: mpirun (default) | horovodrun",
         "grace-period": "seconds between SIGTERM and SIGKILL: time to stop at a step and checkpoint",
-        "preflight": "first run `python -m tf_recipes.preflight` in the containers that start train.py (invoke preflight)",
+        "preflight": "first run `python -m tf_recipes.preflight` in the containers that start train.py "
+                     "(invoke preflight)",
         "out": "write the manifests here instead of printing them",
         "dry": "print the manifests even when --out is given; write nothing",
     },

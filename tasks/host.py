@@ -186,20 +186,21 @@ def show(argv, env=None) -> None:
 INTERRUPT_GRACE_SECONDS = 60
 
 
-def execute(argv, env=None, dry=False, leftover=None) -> int:
+def execute(argv, env=None, dry=False, leftover=None, cwd=None) -> int:
     """Print the command, then (unless dry) run it with the terminal attached and return its status.
 
     An interrupt (Ctrl-C, or SIGINT sent to invoke alone) stops the job as a scheduler would: SIGTERM,
     on which it checkpoints and exits. A second interrupt, or a job still running after
     INTERRUPT_GRACE_SECONDS, kills it; then `leftover` (a command, such as `docker rm -f NAME` for
-    the container this run named) removes what the killed command leaves behind.
+    the container this run named) removes what the killed command leaves behind. It runs in `cwd`
+    (default: the repository root).
     """
     show(argv, env)
     if dry:
         return 0
     try:
         # Should invoke be killed outright, the command still gets SIGTERM (stopping.stopped_with_parent).
-        process = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **(env or {})},
+        process = subprocess.Popen(argv, cwd=cwd or ROOT, env={**os.environ, **(env or {})},
                                    preexec_fn=stopping.stopped_with_parent())
     except FileNotFoundError:
         fail(f"{argv[0]} is not installed or not on PATH")

@@ -6,6 +6,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 
 from invoke import Exit, task
@@ -51,14 +52,16 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
     tag = host.image_tag(c, recipe, base, stack)
     base_image = host.base_image(c, stack, base)
     if runtime == "apptainer" and definition:
+        library_wheel(recipe, dry)
         sif = host.sif_path(c, recipe, base, stack)
         source = sif.removesuffix(".sif") + ".def"
         host.write_or_print(containers.render_apptainer_definition(base_image, recipe, stack), source, dry,
                             "building the image from it", flag="the definition file")
         if not dry:
             os.makedirs(cfg["sif_dir"], exist_ok=True)
-        code = host.execute(containers.build_apptainer_build_command(
-            sif, source, apptainer=cfg["apptainer"], compression=sif_compression), dry=dry)
+        code = host.execute(containers.build_apptainer_build_command(  # %files are relative to the recipe folder
+            os.path.abspath(sif), os.path.abspath(source), apptainer=cfg["apptainer"], compression=sif_compression),
+            dry=dry, cwd=os.path.join(host.ROOT, "recipes", recipe))
         if code:
             raise Exit(f"building {sif} failed with status {code}", code=code)
         return
@@ -68,16 +71,49 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
             sif = os.path.join(host.ROOT, host.sif_path(c, recipe, base, stack))
             containers.build_sif_from_image_commands(tag, sif, os.path.join(os.path.dirname(sif), "image.tar"))
         argv, env = containers.build_docker_build_command(
-            f"recipes/{recipe}/Dockerfile", ".", tag,
+            f"recipes/{recipe}/Dockerfile", f"recipes/{recipe}", tag,
             build_args={"BASE_IMAGE": base_image, "STACK": stack, "GIT_REVISION": host.git_revision()},
             labels={}, ca_bundle=host.ca_bundle_from(ca_bundle), docker=docker)
     except ValueError as error:  # a value `docker build` cannot take, such as a CA bundle path with a comma
         host.fail(str(error))
+    library_wheel(recipe, dry)
     code = host.execute(argv, env, dry)
     if code:
         raise Exit(f"building {tag} failed with status {code}", code=code)
     if runtime == "apptainer":
         sif_from_image(c, tag, host.sif_path(c, recipe, base, stack), sif_compression, docker, dry)
+
+
+def library_wheel(recipe: str, dry: bool) -> None:
+    """The library's wheel in recipes/RECIPE/wheels/ (gitignored), which the recipe's Dockerfile installs;
+    the folder's earlier tf-recipes wheels are removed first. Built from a fresh copy of the library's
+    sources (containers.LIBRARY_SOURCES), so that nothing an earlier build left (setuptools' build/) gets
+    in, and two builds at once never share a build folder."""
+    import setuptools  # what builds the wheel (no build isolation, so nothing is downloaded)
+
+    wheels = os.path.join(host.ROOT, "recipes", recipe, containers.WHEELS_DIR)
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        host.fail(f"setuptools {setuptools.__version__} cannot build the tf-recipes wheel (pyproject.toml needs 77 "
+                  "or later); run bash ci/setup.sh, or pip install 'setuptools>=77'")
+    if dry:
+        host.show(containers.build_library_wheel_command("COPY_OF_THE_LIBRARY", wheels, sys.executable))
+        return
+    os.makedirs(wheels, exist_ok=True)
+    for name in os.listdir(wheels):
+        if name.startswith("tf_recipes-") and name.endswith(".whl"):
+            os.remove(os.path.join(wheels, name))
+    with tempfile.TemporaryDirectory(prefix="tf-recipes-wheel.") as work:
+        source = os.path.join(work, "tf-recipes")
+        os.makedirs(source)
+        for name in containers.LIBRARY_SOURCES:
+            path = os.path.join(host.ROOT, name)
+            if os.path.isdir(path):
+                shutil.copytree(path, os.path.join(source, name), ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(path, source)
+        code = host.execute(containers.build_library_wheel_command(source, wheels, sys.executable))
+    if code:
+        raise Exit(f"building the tf-recipes wheel into {wheels} failed with status {code}", code=code)
 
 
 def sif_from_image(c, image: str, sif: str, compression: str, docker: str, dry: bool) -> None:

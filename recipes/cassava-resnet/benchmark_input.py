@@ -38,8 +38,6 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", ".."))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

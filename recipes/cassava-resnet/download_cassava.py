@@ -10,9 +10,6 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
 from tf_recipes import user_paths  # noqa: E402
 from tf_recipes.data import DataError  # noqa: E402
 from input_pipeline import cassava_builder  # noqa: E402

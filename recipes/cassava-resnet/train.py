@@ -17,13 +17,9 @@ Data: TFDS `cassava` prepared once in DIR (`download_cassava.py` on a machine wi
 imagenet` (downloaded by Keras, or already in ~/.keras/models), `none`, or a local weights file.
 """
 import os
-import sys
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-from tf_recipes import cli, image_folder, user_paths  # noqa: E402
+from tf_recipes import cli, image_folder, user_paths
 
 RECIPE = "cassava-resnet"
 

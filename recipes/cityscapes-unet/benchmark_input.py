@@ -33,9 +33,6 @@ import sys
 import tempfile
 import time
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # tf_recipes.data, when run as a script
-
 import tensorflow as tf  # noqa: E402
 
 import data  # noqa: E402

@@ -6,12 +6,7 @@ or `invoke predict cityscapes-unet --model RESULTS/export --input FILE_OR_FOLDER
 (written at the end of train.py, see docs/using.md): its newest version RESULTS/export/N, or the version
 folder given as --model; never this recipe's training code.
 """
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-from tf_recipes import predicting  # noqa: E402
+from tf_recipes import predicting
 
 if __name__ == "__main__":
     predicting.main(__doc__.split("\n")[0], "segmentation")

@@ -36,8 +36,6 @@ import zipfile
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # common, when run as a script
-
 from tf_recipes import user_paths  # noqa: E402
 from tf_recipes.atomic import write_atomically  # noqa: E402
 import labels  # noqa: E402

@@ -19,12 +19,8 @@ full-size tensors for a fixed number of steps, so that it measures compute witho
 import argparse
 import math
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", ".."), HERE]
-
-from tf_recipes import cli  # noqa: E402
+from tf_recipes import cli
 
 RECIPE = "cityscapes-unet"
 

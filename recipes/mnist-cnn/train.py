@@ -21,12 +21,9 @@ bilinearly, rounded to uint8: what the export does to a client's image), and the
 folder names, set the model's output size.
 """
 import os
-import sys
 import zipfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-from tf_recipes import cli, image_folder, user_paths  # noqa: E402
+from tf_recipes import cli, image_folder, user_paths
 
 RECIPE = "mnist-cnn"
 

@@ -14,6 +14,7 @@ from commands.containers import (
     build_docker_import_command,
     build_docker_run_command,
     build_docker_save_command,
+    build_library_wheel_command,
     build_rootfs_tar_command,
     build_sif_from_image_commands,
     docker_gpus_value,
@@ -286,17 +287,31 @@ def test_sif_compression_gzip_is_apptainers_default_and_zstd_is_passed_to_mksqua
         build_apptainer_build_command("m.sif", "i.tar", compression="lz4")
 
 
+def test_library_wheel_is_built_without_dependencies_or_a_download():
+    argv = build_library_wheel_command("/src/tf-recipes", "recipes/mnist-cnn/wheels", python="/venv/bin/python")
+    assert argv == ["/venv/bin/python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "-w", "recipes/mnist-cnn/wheels", "/src/tf-recipes"]
+    with pytest.raises(ValueError, match="wheels is empty"):
+        build_library_wheel_command("/src", "")
+
+
 def test_apptainer_definition_bootstraps_from_the_base_and_installs_the_recipe():
     text = render_apptainer_definition("nvcr.io/nvidia/tensorflow:25.02-tf2-py3", "cassava-resnet")
     lines = [line.strip() for line in text.splitlines()]
     assert lines[:2] == ["Bootstrap: docker", "From: nvcr.io/nvidia/tensorflow:25.02-tf2-py3"]
-    assert f"common {CONTAINER_WORKDIR}/common" in lines
-    assert f"recipes/cassava-resnet {CONTAINER_WORKDIR}/recipes/cassava-resnet" in lines
-    assert f"-r {CONTAINER_WORKDIR}/recipes/cassava-resnet/requirements.txt \"$tensorflow\"" in lines
-    assert f"export PYTHONPATH={CONTAINER_WORKDIR}" in lines
+    # Built from the recipe folder alone: its files into the image's recipes/NAME, the library from wheels/.
+    files = lines[lines.index("%files") + 1:lines.index("%post") - 1]
+    folder = f"{CONTAINER_WORKDIR}/recipes/cassava-resnet/"
+    assert files == [f"*.py {folder}", f"requirements.txt {folder}", f"README.md {folder}", f"launch {folder}",
+                     "wheels /tmp/tf-recipes-wheels"]
+    assert not any(line.split()[0].startswith(("common", "tools", "stacks", "recipes/", "..")) for line in files)
+    assert "--find-links /tmp/tf-recipes-wheels tf-recipes" in lines
+    assert "python3 -m tf_recipes.constraints ngc-25.02 > /tmp/stack.txt" in lines
+    assert f"-c /tmp/stack-constraints.txt -r {folder}requirements.txt \"$tensorflow\"" in lines
+    assert not any("PYTHONPATH" in line for line in lines)
     # The snippet that pins the installed TensorFlow must survive the f-string as Python code.
     assert 'print(f"{d}=={m.version(d)}")' in text
-    for section in ("%labels", "%files", "%post", "%environment"):
+    for section in ("%labels", "%files", "%post"):
         assert section in lines
 
 

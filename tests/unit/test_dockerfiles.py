@@ -94,13 +94,33 @@ def test_recipe_has_the_requirements_its_dockerfile_installs(dockerfile):
     requirements = dockerfile.parent / "requirements.txt"
     assert requirements.is_file(), f"{requirements.relative_to(REPO)} is missing; the image build copies it"
     wanted = [line.split("#")[0].strip() for line in requirements.read_text().splitlines()]
-    assert "keras>=3.8,<4" in wanted, "NGC 25.02 ships Keras 3.3.2; every recipe must upgrade it"
+    assert "tf-recipes>=0.2,<0.3" in wanted, "a recipe depends on the library like any library: by name"
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    library = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert library["version"].startswith("0.2.")
+    assert "keras>=3.8,<4" in library["dependencies"], "NGC 25.02 ships Keras 3.3.2; the library must upgrade it"
 
 
-def test_dockerignore_keeps_only_code_in_the_build_context():
+@pytest.mark.parametrize("dockerfile", RECIPE_DOCKERFILES, ids=lambda p: p.parent.name)
+def test_recipe_dockerfile_reads_only_its_own_folder(dockerfile):
+    """The build context is the recipe folder: every COPY and bind mount names a path inside it, and its
+    .dockerignore keeps the data, results and checkpoints out."""
+    text = dockerfile.read_text()
+    sources = [line.split()[1] for line in text.splitlines() if line.startswith("COPY ")]
+    sources += [part.split("source=")[1].split(",")[0] for part in text.split() if "source=" in part]
+    assert sources == ["requirements.txt", ".", "wheels"], sources
+    assert all((dockerfile.parent / source).exists() for source in sources if source != "wheels")
+    ignored = (dockerfile.parent / ".dockerignore").read_text().split()
+    assert {"data/", "results/", "checkpoints/", "**/__pycache__"} <= set(ignored)
+
+
+def test_dockerignore_keeps_only_what_the_base_images_read():
     patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
-    # Everything is left out, then common/ and recipes/ come back; caches stay out.
+    # Everything is left out, then stacks/ and tools/ come back; caches stay out.
     assert patterns[0] == "*"
-    assert "!common/" in patterns and "!recipes/" in patterns
+    assert "!stacks/" in patterns and "!tools/" in patterns and "!common/" not in patterns
     assert "**/__pycache__" in patterns

