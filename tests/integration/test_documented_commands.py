@@ -230,15 +230,3 @@ def test_the_generated_cassava_directory_is_written_as_written(tmp_path):
     assert counts["train"] == 64 and counts["validation"] == 16, counts
 
 
-def test_a_recipe_and_common_are_copied_out_of_the_repository_as_written(tmp_path):
-    """docs/starting.md: the three commands of one line, into `~/my-project`."""
-    home = tmp_path / "home"
-    home.mkdir()
-    process = run(documented("mkdir -p ~/my-project/recipes", "cp -r recipes/mnist-cnn ~/my-project/recipes/",
-                             "cp -r common ~/my-project/"), cwd=REPO, home=home)
-    assert_ok(process)
-    project = home / "my-project"
-    recipe = "recipes/mnist-cnn/train.py"
-    assert (project / recipe).read_bytes() == (REPO / recipe).read_bytes()
-    copied = {path.name for path in (project / "common").iterdir()}
-    assert {path.name for path in (REPO / "common").glob("*.py")} <= copied

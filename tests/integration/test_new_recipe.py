@@ -3,8 +3,7 @@
 - `invoke new my-cnn --from mnist-cnn --add-to-nightly` in a copy of this repository: the new recipe
   trains the same model under all four launchers on the host, builds its CPU image and trains in it,
   passes `invoke launch-files --check` and is in `invoke nightly --dry`;
-- recipes/mnist-cnn plus common/ copied into an empty folder outside any checkout: its train.py runs
-  there, with nothing else of this repository.
+- a recipe folder copied out of the repository: tests/integration/test_copy_out.py.
 
 And the README's two journeys, run as written in a copy of the repository: "Start your own recipe"
 (invoke new, a folder of photos, multiworker, predict) and "Use the trained model" (your own images
@@ -135,21 +134,6 @@ def test_it_builds_its_cpu_image_and_trains_in_it(repo, cpu_base, engine, tmp_pa
     assert_ok(process)
     assert read_results(tmp_path)["recipe"] == NAME
     subprocess.run(["docker", "image", "rm", f"tf-recipes/{NAME}:cpu"], capture_output=True)
-
-
-def test_a_recipe_folder_and_common_copied_out_of_the_repository_train(tmp_path):
-    """The copy documented in docs/starting.md: same layout, nothing else of the repository."""
-    project = tmp_path / "my-project"
-    shutil.copytree(REPO / "recipes" / "mnist-cnn", project / "recipes" / "mnist-cnn",
-                    ignore=shutil.ignore_patterns("__pycache__", "launch"))
-    shutil.copytree(REPO / "common", project / "common", ignore=shutil.ignore_patterns("__pycache__"))
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    process = subprocess.run([sys.executable, "recipes/mnist-cnn/train.py", "--synthetic", "--max-steps", "3",
-                              "--log-every", "1"], cwd=project, capture_output=True, text=True, timeout=600,
-                             env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert_ok(process)
-    results = read_results(project / "results" / "mnist-cnn")
-    assert results["steps"] == 3 and results["recipe"] == "mnist-cnn"
 
 
 # -- the README's journey: invoke new -> train on a folder of photos under multiworker -> predict ------
