@@ -32,11 +32,18 @@ TAG = "tf-recipes/copied-mnist-cnn:test"
 OWN = ("tf_recipes", "__editable__", "_tf_recipes", "tf-recipes")  # this repository's install in the test venv
 
 
-def starting_commands() -> list[str]:
-    """The shell lines of docs/starting.md's "Copying a recipe out of the repository" that run pip."""
+# docs/starting.md's two lines, run in the copied folder with the checkout's path for /path/to/tf-recipes.
+MAKE_WHEEL = "pip wheel --no-deps -w wheels /path/to/tf-recipes"
+INSTALL = "pip install --find-links wheels -r requirements.txt"
+
+
+def documented(*lines: str) -> list[str]:
+    """The lines, each asserted to be a line of docs/starting.md's copy-out section."""
     section = (REPO / "docs" / "starting.md").read_text().split("\n## Copying a recipe out of the repository\n")[1]
-    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    return [line for line in block.splitlines() if line.startswith("pip ")]
+    shown = section.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    missing = [line for line in lines if line not in shown]
+    assert not missing, f"docs/starting.md shows {missing} no more: change it here too"
+    return list(lines)
 
 
 def seed_site_packages(venv: pathlib.Path) -> None:
@@ -78,9 +85,7 @@ def carried(tmp_path_factory):
 
     for name in ("tf_recipes", "common", "tools", "commands"):  # nothing of this repository is importable
         assert python(f"import {name}").returncode != 0, f"{name} is importable in the fresh venv"
-    commands = starting_commands()
-    assert len(commands) == 2, commands
-    for line in commands:
+    for line in documented(MAKE_WHEEL, INSTALL):
         words = shlex.split(line.replace("/path/to/tf-recipes", str(checkout)))
         if words[:2] == ["pip", "wheel"]:  # offline: the venv's setuptools builds it, none is downloaded
             words.insert(2, "--no-build-isolation")

@@ -23,7 +23,9 @@ from helpers import REPO, installed_stack, run_invoke, stack_launchers
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "recipes").glob("*/README.md"))]
 INVOKE = ("invoke", "inv", ".venv/bin/invoke")
 PACKAGES = ("ci", "common", "commands", "tasks", "tools")  # a `-m MODULE` of these must exist
-RUN_AS_WRITTEN_BY = REPO / "tests" / "integration" / "test_documented_commands.py"
+# The tests that run documented commands as written, each through its own `documented(...)`.
+RUN_AS_WRITTEN_BY = (REPO / "tests" / "integration" / "test_documented_commands.py",
+                     REPO / "tests" / "integration" / "test_copy_out.py")
 
 # Documented commands that are neither dry-run nor run here, each with the reason.
 NOT_RUN_HERE = {
@@ -104,10 +106,16 @@ def other_lines():
 
 
 def run_as_written() -> set[str]:
-    """The commands tests/integration/test_documented_commands.py runs: the strings it passes to its
-    `documented(...)`, written there or named by a module constant (read, not imported: the unit tier
-    imports no training tier)."""
-    tree = ast.parse(RUN_AS_WRITTEN_BY.read_text())
+    """The commands the tests of RUN_AS_WRITTEN_BY run: the strings each passes to its `documented(...)`,
+    written there or named by a module constant (read, not imported: the unit tier imports no training
+    tier)."""
+    found = set()
+    for path in RUN_AS_WRITTEN_BY:
+        found |= documented_in(ast.parse(path.read_text()))
+    return found
+
+
+def documented_in(tree) -> set[str]:
     constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
                  and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
                  for target in node.targets if isinstance(target, ast.Name)}
@@ -153,13 +161,14 @@ def test_the_docs_are_read_and_show_invoke_commands():
 
 def test_every_other_command_is_run_as_written_or_says_why_not():
     run = run_as_written()
+    runners = " or ".join(str(path.relative_to(REPO)) for path in RUN_AS_WRITTEN_BY)
     problems = []
     for doc, number, line in other_lines():
         if line in run and line in NOT_RUN_HERE:
             problems.append(f"{name(doc)}:{number}: `{line}` is run as written, so it is not one of NOT_RUN_HERE")
         elif line not in run and line not in NOT_RUN_HERE:
             problems.append(f"{name(doc)}:{number}: `{line}` is neither an invoke command (dry-run here) nor run as "
-                            f"written by {RUN_AS_WRITTEN_BY.relative_to(REPO)}: run it there, or add it to "
+                            f"written by {runners}: run it there, or add it to "
                             "NOT_RUN_HERE with the reason, or write it as prose")
     assert not problems, "\n".join(problems)
 
@@ -177,7 +186,7 @@ def test_the_commands_not_run_here_stay_few_and_say_why():
 def test_the_commands_run_as_written_are_read_from_their_test():
     run = run_as_written()
     assert "python recipes/mnist-cnn/train.py --launcher mirrored --cpu-replicas 2 --synthetic --max-steps 20" in run
-    assert "tensorboard --logdir results/" in run and "cp -r common ~/my-project/" in run
+    assert "tensorboard --logdir results/" in run and "pip install --find-links wheels -r requirements.txt" in run
     assert not {line for line in run if not line.strip() or "\n" in line}
 
 
