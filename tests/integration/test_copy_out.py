@@ -9,8 +9,9 @@ and then, from that folder alone:
 4. a SLURM script of launch/ runs its steps from the folder (srun stood in for: it records what it starts);
 5. the image builds with the folder as the whole build context, on the CPU base image, and trains.
 
-Nothing is downloaded: the venv gets the third-party packages of the venv running the tests, hard-linked,
-all but this repository's own distribution, and pip runs with PIP_NO_INDEX. One venv and one image serve
+Nothing is downloaded: the venv is made without pip and gets the packages of the venv running the tests
+(pip and setuptools among them), hard-linked, all but this repository's own distribution, and pip runs
+with PIP_NO_INDEX. One venv and one image serve
 every step.
 """
 import os
@@ -73,7 +74,8 @@ def carried(tmp_path_factory):
     shutil.copytree(REPO / "recipes" / RECIPE, folder,
                     ignore=shutil.ignore_patterns("__pycache__", "wheels", "data", "results", "checkpoints"))
     venv = root / "venv"
-    assert_ok(subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300))
+    assert_ok(subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True,
+                             text=True, timeout=300))
     seed_site_packages(venv)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), PIP_NO_INDEX="1",
