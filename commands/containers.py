@@ -100,13 +100,19 @@ LIBRARY_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "common", "stacks")
 WHEELS_DIR = "wheels"  # in a recipe folder; gitignored
 
 
-def build_library_wheel_command(source: str, wheels: str, python: str = "python") -> list[str]:
+# The time stamp of every file in the library's wheel (1980-01-01, the earliest a zip file holds): the same
+# sources then make the same wheel byte for byte, so an image build that mounts it reuses its cached layer.
+WHEEL_SOURCE_DATE_EPOCH = "315532800"
+
+
+def build_library_wheel_command(source: str, wheels: str, python: str = "python") -> tuple[list[str], dict[str, str]]:
     """`pip wheel` of the library (tf-recipes) in `source` into the folder `wheels`: no dependencies (the
     image installs them with the stack's pins) and no build isolation (the venv's setuptools, so no
-    download is needed)."""
+    download is needed). Returns (argv, extra environment): SOURCE_DATE_EPOCH makes the wheel reproducible."""
     _require_value("source", source)
     _require_value("wheels", wheels)
-    return [python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, source]
+    return ([python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, source],
+            {"SOURCE_DATE_EPOCH": WHEEL_SOURCE_DATE_EPOCH})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def library_wheel(recipe: str, dry: bool) -> None:
         host.fail(f"setuptools {setuptools.__version__} cannot build the tf-recipes wheel (pyproject.toml needs 77 "
                   "or later); run bash ci/setup.sh, or pip install 'setuptools>=77'")
     if dry:
-        host.show(containers.build_library_wheel_command("COPY_OF_THE_LIBRARY", wheels, sys.executable))
+        host.show(*containers.build_library_wheel_command("COPY_OF_THE_LIBRARY", wheels, sys.executable))
         return
     os.makedirs(wheels, exist_ok=True)
     for name in os.listdir(wheels):
@@ -111,7 +111,8 @@ def library_wheel(recipe: str, dry: bool) -> None:
                 shutil.copytree(path, os.path.join(source, name), ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 shutil.copy2(path, source)
-        code = host.execute(containers.build_library_wheel_command(source, wheels, sys.executable))
+        argv, env = containers.build_library_wheel_command(source, wheels, sys.executable)
+        code = host.execute(argv, env=env)
     if code:
         raise Exit(f"building the tf-recipes wheel into {wheels} failed with status {code}", code=code)
 

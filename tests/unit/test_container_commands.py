@@ -288,7 +288,8 @@ def test_sif_compression_gzip_is_apptainers_default_and_zstd_is_passed_to_mksqua
 
 
 def test_library_wheel_is_built_without_dependencies_or_a_download():
-    argv = build_library_wheel_command("/src/tf-recipes", "recipes/mnist-cnn/wheels", python="/venv/bin/python")
+    argv, env = build_library_wheel_command("/src/tf-recipes", "recipes/mnist-cnn/wheels", python="/venv/bin/python")
+    assert env == {"SOURCE_DATE_EPOCH": "315532800"}  # the same sources make the same wheel (tests/unit/test_library)
     assert argv == ["/venv/bin/python", "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "-w", "recipes/mnist-cnn/wheels", "/src/tf-recipes"]
     with pytest.raises(ValueError, match="wheels is empty"):
