@@ -2,7 +2,7 @@
 
 `bash ci/slurm-cluster.sh` (root, Debian 12) starts the cluster: munged, slurmctld and one slurmd per
 node, each node in its own network namespace with its own address (tfr-node1 is the host). A job runs
-`srun python recipes/mnist-cnn/train.py` on CPU: under multiworker each task finds the cluster through
+`srun python "$RECIPE_DIR/train.py"` (recipes/mnist-cnn) on CPU: under multiworker each task finds the cluster through
 TensorFlow's SlurmClusterResolver (SLURM_* variables, no TF_CONFIG); under horovod `srun --mpi=pmix`
 starts the ranks and OpenMPI wires them up through PMIx. The chief writes results.json under
 results/mnist-cnn/slurm-JOBID/.
@@ -243,7 +243,7 @@ def test_multiworker_runs_one_task_on_each_of_two_nodes(two_nodes, one_node_job,
 
 def test_horovod_ranks_start_through_srun_mpi_pmix_on_two_nodes(two_nodes, horovod_with_mpi, one_node_job, tmp_path):
     script = render(tmp_path, "horovod", *TRAIN, nodes=2)
-    assert re.search(r"^srun --kill-on-bad-exit=1 --mpi=pmix python recipes/mnist-cnn/train.py --launcher horovod ",
+    assert re.search(r'^srun --kill-on-bad-exit=1 --mpi=pmix python "\$RECIPE_DIR/train.py" --launcher horovod ',
                      script.read_text(), re.M)
     job = submit_script(script).wait()
     try:
@@ -270,7 +270,7 @@ def test_every_srun_task_may_use_the_cpus_per_task_it_asked_for(two_nodes, tmp_p
     script = render(tmp_path, "multiworker", nodes=2, cpus_per_task=2)
     text = script.read_text()
     assert 'export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK:-2}"' in text
-    probed, count = re.subn(r"(?m)^(srun --kill-on-bad-exit=1) python recipes/\S+/train\.py .*( \|\| status=\$\?)$",
+    probed, count = re.subn(r'(?m)^(srun --kill-on-bad-exit=1) python "\$RECIPE_DIR/train\.py" .*( \|\| status=\$\?)$',
                             lambda m: f"{m[1]} {CPU_PROBE}{m[2]}", text)
     assert count == 1, text
     script.write_text(probed)
