@@ -273,7 +273,7 @@ def test_functions_are_short_but_for_the_ones_kept_whole():
 def reached_from_recipe_scripts() -> set[str]:
     """The library's modules (common/, tf_recipes) some recipe script (train.py, predict.py,
     benchmark_input.py, ...) imports, directly or through another module (the recipe's own modules included)."""
-    reached, todo = set(), []
+    todo = []
     for train in sorted((REPO / "recipes").glob("*/*.py")):
         folder = train.parent
         own = {path.stem: path for path in folder.glob("*.py")}
@@ -290,25 +290,30 @@ def reached_from_recipe_scripts() -> set[str]:
                     elif name in own and name not in seen_own:
                         seen_own.add(name)
                         pending.append(own[name])
-    graph = import_graph()
+    return library_closure(todo)
+
+
+def library_closure(names) -> set[str]:
+    """`names` and every library module they import, directly or not."""
+    graph, closure, todo = import_graph(), set(), list(names)
     while todo:
         name = todo.pop()
-        if name not in reached:
-            reached.add(name)
+        if name not in closure:
+            closure.add(name)
             todo += [m for m in graph[name] if m.startswith("tf_recipes.")]
-    return reached
+    return closure
 
 
 def started_as_programs() -> set[str]:
     """The library's modules started as `python -m tf_recipes.NAME`: by the builders in commands/ (spawn; the
-    preflight through tf_recipes.contract's names) and by the recipes' Dockerfiles (constraints)."""
+    preflight through commands.choices' names) and by the recipes' Dockerfiles (constraints)."""
     import re
 
-    from tf_recipes import contract
+    from commands import choices
 
     texts = [path.read_text() for path in [*sorted((REPO / "commands").glob("*.py")),
                                            *sorted((REPO / "recipes").glob("*/Dockerfile"))]]
-    found = {value for value in vars(contract).values() if isinstance(value, str) and value in MODULES}
+    found = {value for value in vars(choices).values() if isinstance(value, str) and value in MODULES}
     for text in texts:
         found |= set(re.findall(r"""-m["', ]+(tf_recipes\.\w+)""", text))
     return {name for name in found if name in MODULES}
@@ -321,13 +326,7 @@ def test_common_holds_only_what_the_recipes_import_or_start():
             "tf_recipes.pipeline_bench"} <= reached
     started = started_as_programs()
     assert {"tf_recipes.spawn", "tf_recipes.preflight", "tf_recipes.constraints"} <= started
-    closure, todo = set(), [*reached, *started]
-    graph = import_graph()
-    while todo:
-        name = todo.pop()
-        if name not in closure:
-            closure.add(name)
-            todo += [m for m in graph[name] if m.startswith("tf_recipes.")]
+    closure = library_closure([*reached, *started])
     assert held - closure == set(), \
         ("no recipe script imports these, directly or not, and nothing starts them as `python -m`: the library "
          "(common/) holds only what recipes need; the host side goes to tasks/ or commands/")
