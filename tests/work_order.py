@@ -35,6 +35,7 @@ FIRST = [
     "integration/test_stop_docker",
     "integration/test_nightly_controls",
     "integration/test_new_recipe",
+    "integration/test_copy_out",  # a fresh venv, then trains and builds an image from a copied folder (100 s)
     "integration/test_predict",
     "integration/test_bench_run",
     "integration/test_resume",
