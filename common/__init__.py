@@ -1,8 +1,8 @@
-"""tf_recipes: the library every recipe's train.py and predict.py import (`pip install tf-recipes`, built
-from this repository; docs/library.md). Its source is this folder, common/; pyproject.toml installs it
-under the one name `tf_recipes`. Everything that differs between launchers lives here, so the recipes
-stay plain. Importing the package loads nothing else (no TensorFlow), so a recipe's `--help` answers
-at once; each module is imported on its own.
+"""tf_recipes: the library every recipe's train.py and predict.py import (the distribution tf-recipes,
+built from this repository: `pip install /path/to/tf-recipes`; docs/library.md). Its source is this
+folder, common/; pyproject.toml installs it under the one name `tf_recipes`. Everything that differs
+between launchers lives here, so the recipes stay plain. Importing the package loads nothing else (no
+TensorFlow), so a recipe's `--help` answers at once; each module is imported on its own.
 
 The public API, what the recipes call and what stays compatible within a minor version (docs/library.md):
 
