@@ -28,12 +28,24 @@
 #                                   # the nightly runs it, not every push)
 #
 # Two pytest workers (pytest-xdist), one per core; tests/conftest.py says in which order they take
-# the test modules. The full run also builds the container tests' images in the background
-# (ci/prepare-images.sh) while Horovod compiles and the first tests run. Every run ends with one line
+# the test modules. The full run overlaps its set-up with work that does not need it: once .venv
+# exists, the unit tier runs beside the rest of the set-up (the engine, the SLURM cluster,
+# Apptainer, Horovod's compile), and the container tests' images build in the background
+# (ci/prepare-images.sh) until the integration tests need them. Every run ends with one line
 # of its time: wall clock, set-up, tests, and the CPU time of what it waited for (also appended to
-# $GITHUB_STEP_SUMMARY when that is set), so that growth shows on every CI run and every night.
+# $GITHUB_STEP_SUMMARY when that is set), so that growth shows on every CI run and every night; then
+# ci/reaper.py's line with the CPU time of everything the run started, daemons included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The whole run goes under ci/reaper.py: the daemons it starts (dockerd, containerd, munged,
+# slurmctld, slurmd) are stopped when it ends, and the last line counts the CPU time of everything it
+# started, theirs included (the image builds and containers run under dockerd, the SLURM jobs under
+# slurmd). An engine or cluster that was running before is not this run's, and is left running.
+if [ -z "${TF_RECIPES_UNDER_REAPER:-}" ]; then
+    export TF_RECIPES_UNDER_REAPER=1
+    exec python3 ci/reaper.py bash ci/test.sh "$@"
+fi
 
 fast=0
 gpu_images=0
@@ -55,6 +67,13 @@ BUDGET=2400  # seconds: the whole suite, cold, on a 2-core machine (README.md, "
 # The machine's busy and idle time so far, in clock ticks (/proc/stat: user nice system idle iowait ...).
 machine_cpu() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
 read -r busy0 idle0 < <(machine_cpu)
+# True when the arguments only change pytest's output (CI's -v), so the suite may be split in two runs.
+only_output_options() {
+    local arg
+    for arg in "$@"; do
+        case "$arg" in -v|-vv|-q|-rA|--tb=short|--tb=long) ;; *) return 1 ;; esac
+    done
+}
 started=$SECONDS
 mkdir -p build/ci
 
@@ -78,12 +97,21 @@ else
     venv=.venv
     paths=()
     bash ci/setup.sh --stack ngc-25.02  # .venv without Horovod: what the image builds need
+    if only_output_options "$@"; then
+        # The unit tier needs no Horovod, Docker engine or SLURM (tests/unit/test_unit_tier.py), so it
+        # runs now, beside the rest of the set-up, which mostly waits on downloads; the other two
+        # tiers run once the set-up is done.
+        setsid "$venv/bin/python" -m pytest "${parallel[@]}" tests/unit "$@" >build/ci/unit-tier.log 2>&1 &
+        unit=$!
+        echo "[test] running the unit tier beside the set-up (log: build/ci/unit-tier.log, shown when it ends)" >&2
+        paths=(tests/recipes tests/integration)
+    fi
     bash ci/docker-engine.sh >/dev/null
     # Its own process group (setsid), so that whatever it still runs when the tests end can be stopped.
     setsid bash ci/prepare-images.sh >build/ci/prepare-images.log 2>&1 &
     prepare=$!
-    # If this script is stopped (a cancelled CI run), the builds stop with it.
-    trap 'kill -- -"$prepare" 2>/dev/null || true' EXIT
+    # If this script is stopped (a cancelled CI run), the builds and the unit tier stop with it.
+    trap 'kill -- -"$prepare" ${unit:+-"$unit"} 2>/dev/null || true' EXIT
     echo "[test] building the test images in the background (log: build/ci/prepare-images.log)" >&2
     bash ci/slurm-cluster.sh
     bash ci/apptainer.sh
@@ -92,6 +120,11 @@ fi
 setup=$((SECONDS - started))
 
 status=0
+if [ -n "${unit:-}" ]; then
+    wait "$unit" || status=$?
+    echo "[test] the unit tier, run beside the set-up (exit $status; $((SECONDS - started)) s since the start):" >&2
+    cat build/ci/unit-tier.log
+fi
 "$venv/bin/python" -m pytest "${parallel[@]}" "${paths[@]}" "$@" || status=$?
 if [ -n "${prepare:-}" ]; then
     kill -- -"$prepare" 2>/dev/null || true

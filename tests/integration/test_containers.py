@@ -1,7 +1,7 @@
 """Containers against a real Docker engine: the CPU base and the mnist-cnn image are built from
-nothing (a debootstrap Debian, no registry), then mnist-cnn trains *inside* the image under every
-launcher (tests/integration/test_nightly_workflow.py: the nightly smoke tier), and the results land on the host
-through the results volume.
+nothing (a debootstrap Debian, no registry); mnist-cnn trains *inside* the image under every
+launcher in tests/integration/test_nightly_workflow.py (the nightly smoke tier), and the results land on
+the host through the results volume.
 
 Images are cached in the engine between runs: a second CI run rebuilds nothing (see
 test_a_rebuild_without_changes_is_all_cache)."""
@@ -10,7 +10,7 @@ import re
 import pytest
 
 from docker_images import BUILD_TIMEOUT, docker
-from helpers import assert_ok, made_once, read_results, run_invoke, run_python
+from helpers import assert_ok, made_once, run_invoke, run_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -24,15 +24,6 @@ def build_recipe(recipe):
 @pytest.fixture(scope="module")
 def mnist_image(cpu_base):
     return build_recipe("mnist-cnn")
-
-
-RUNS = {
-    "single": ["--launcher", "single"],
-    "mirrored": ["--launcher", "mirrored", "--cpu-replicas", "2"],
-    "multiworker": ["--launcher", "multiworker", "--cpu-replicas", "2"],
-    "horovodrun": ["--launcher", "horovod", "--cpu-replicas", "2"],
-    "mpirun": ["--launcher", "horovod", "--cpu-replicas", "2", "--horovod-runner", "mpirun"],
-}
 
 
 def test_a_rebuild_without_changes_is_all_cache(mnist_image):
@@ -60,40 +51,10 @@ def test_a_missing_image_says_which_command_builds_it(engine):
     assert "is not built; run `invoke build mnist-cnn --stack ngc-25.02 --base cpu` first" in process.stderr
 
 
-# -- cityscapes-unet: the generated fixture, prepared on the host, mounted read-only at /data ---------
-
-@pytest.fixture(scope="module")
-def cityscapes_image(cpu_base):
-    return build_recipe("cityscapes-unet")
-
-
-@pytest.fixture(scope="module")
-def cityscapes_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cityscapes-docker")
-    recipe = "recipes/cityscapes-unet"
-    assert_ok(run_python(f"{recipe}/make_fixture.py", "--out", str(root / "release"), "--zip", "--no-tree",
-                         "--train", "8", "--val", "4"))
-    assert_ok(run_python(f"{recipe}/prepare_data.py", "--source", str(root / "release"),
-                         "--out", str(root / "prepared")))
-    return root / "prepared"
-
-
-# One launcher here; every cityscapes-unet launcher inside this image, held to the single-device
-# cell's weights, runs in the nightly cpu tier (`invoke nightly --tier cpu`).
-@pytest.mark.parametrize("name", ["multiworker"])
-def test_cityscapes_trains_inside_the_container(cityscapes_image, cityscapes_data, engine, tmp_path, name):
-    process = run_invoke("run", "cityscapes-unet", "--gpus", "0", *RUNS[name], "--runtime", "docker",
-                         "--data-dir", str(cityscapes_data), "--results-dir", str(tmp_path), "--",
-                         "--preset", "tiny", "--max-steps", "6", "--log-every", "3", env=engine)
-    assert_ok(process)
-    assert f"source={cityscapes_data},target=/data,readonly" in process.stdout
-    results = read_results(tmp_path)
-    assert results["recipe"] == "cityscapes-unet" and results["replicas"] == 2
-    assert len(set(results["replica_fingerprints"])) == 1
-    assert results["final_metrics"]["val"]["examples"] == 4
-
-
-# -- cassava-resnet: a generated, prepared TFDS directory mounted read-only at /data -----------------
+# -- cassava-resnet's image and a generated, prepared TFDS directory: the MPIJob of test_k8s_in_docker.py
+# trains on them. cassava-resnet and cityscapes-unet train inside their images under every launcher,
+# with their data mounted read-only at /data and held to their reference cell's losses and weights, in
+# the nightly's cpu tier (`invoke nightly --tier cpu`, ci/nightly/matrix.yaml).
 
 @pytest.fixture(scope="module")
 def cassava_image(cpu_base):
@@ -106,18 +67,3 @@ def cassava_data(tmp_path_factory):
     assert_ok(run_python("recipes/cassava-resnet/generated_cassava.py", str(root), "--train", "16",
                          "--validation", "8", "--test", "8"))
     return root
-
-
-# One launcher here: the image's launchers are proven by the mnist-cnn smoke night, and every
-# cassava-resnet launcher inside this image by the nightly cpu tier (`invoke nightly --tier cpu`).
-@pytest.mark.parametrize("name", ["multiworker"])
-def test_cassava_trains_inside_the_container(cassava_image, cassava_data, engine, tmp_path, name):
-    process = run_invoke("run", "cassava-resnet", "--gpus", "0", *RUNS[name], "--runtime", "docker",
-                         "--data-dir", str(cassava_data), "--results-dir", str(tmp_path), "--",
-                         "--max-steps", "3", "--weights", "none", "--image-size", "64", "--batch-size", "2",
-                         "--log-every", "1", env=engine)
-    assert_ok(process)
-    results = read_results(tmp_path)
-    assert results["recipe"] == "cassava-resnet" and results["replicas"] == 2
-    assert len(set(results["replica_fingerprints"])) == 1
-    assert results["final_metrics"]["validation"]["examples"] == 8

@@ -39,7 +39,8 @@ def test_ci_runs_two_workers_with_the_units_in_order():
     flags = re.search(r"^parallel=\((.*)\)$", script, flags=re.M)
     assert flags and flags.group(1).split() == ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder"]
     runs = [line for line in script.splitlines() if "-m pytest" in line]
-    assert len(runs) == 1 and '-m pytest "${parallel[@]}"' in runs[0], runs
+    # The whole suite, and the unit tier beside the set-up: both on the two workers.
+    assert len(runs) == 2 and all('-m pytest "${parallel[@]}"' in run for run in runs), runs
 
 
 def test_two_workers_run_each_module_whole_on_one_of_them():
