@@ -10,7 +10,7 @@ import re
 import pytest
 
 from docker_images import BUILD_TIMEOUT, docker
-from helpers import assert_ok, made_once, run_invoke, run_python
+from helpers import assert_ok, made_once, run_invoke
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -49,21 +49,3 @@ def test_a_missing_image_says_which_command_builds_it(engine):
     process = run_invoke("run", "mnist-cnn", "--runtime", "docker", "--image", "tf-recipes/none:missing", env=engine)
     assert process.returncode == 2
     assert "is not built; run `invoke build mnist-cnn --stack ngc-25.02 --base cpu` first" in process.stderr
-
-
-# -- cassava-resnet's image and a generated, prepared TFDS directory: the MPIJob of test_k8s_in_docker.py
-# trains on them. cassava-resnet and cityscapes-unet train inside their images under every launcher,
-# with their data mounted read-only at /data and held to their reference cell's losses and weights, in
-# the nightly's cpu tier (`invoke nightly --tier cpu`, ci/nightly/matrix.yaml).
-
-@pytest.fixture(scope="module")
-def cassava_image(cpu_base):
-    return build_recipe("cassava-resnet")
-
-
-@pytest.fixture(scope="module")
-def cassava_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cassava-docker")
-    assert_ok(run_python("recipes/cassava-resnet/generated_cassava.py", str(root), "--train", "16",
-                         "--validation", "8", "--test", "8"))
-    return root
