@@ -23,6 +23,7 @@ import time
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 # Seconds a left-behind process has to stop on SIGTERM before SIGKILL (dockerd stops its containers first).
 GRACE = float(os.environ.get("TF_RECIPES_REAPER_GRACE", "30"))
+KILLED_GRACE = 10  # seconds to wait for SIGKILL to take effect before giving up
 TICK = 0.2
 
 
@@ -79,10 +80,12 @@ def stop_left_behind() -> list[str]:
         send(set(now) - set(left), signal.SIGTERM)  # re-parented since (a daemon's own children)
         left.update(now)
         time.sleep(TICK)
-    while children():
+    deadline = time.monotonic() + KILLED_GRACE
+    while children() and time.monotonic() < deadline:  # a process stuck in the kernel may never go
         send(children(), signal.SIGKILL)
         time.sleep(TICK)
         reap()
+    left.update(children())
     return sorted(set(left.values()))
 
 
