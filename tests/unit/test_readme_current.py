@@ -9,8 +9,8 @@ from helpers import REPO
 
 README = (REPO / "README.md").read_text()
 # Folders whose every module or script the Layout names, file by file.
-LISTED = {"common": "*.py", "tools": "*.py", "commands": "*.py", "tasks": "*.py", "ci": "*.[ps][hy]", "ci/nightly": "*.py",
-          "ci/bench": "*.py"}
+LISTED = {"common": "*.py", "tools": "*.py", "commands": "*.py", "tasks": "*.py", "ci": "*.[ps][hy]",
+          "ci/nightly": "*.py", "ci/bench": "*.py"}
 
 
 def section(title: str) -> str:
