@@ -52,23 +52,26 @@ def identity_mismatch(saved: dict, identity: dict, latest: str) -> str | None:
             f"Resume with {' and '.join(remedies)}, or start over in another --results-dir")
 
 
-def results_complete(path: str, steps: int) -> bool:
-    """`path` is a whole results.json of a run that ended at `steps`."""
+def results_complete(path: str, steps: int, target=None) -> bool:
+    """`path` is a whole results.json of a run that ended at `steps`; with `target`, one that ended
+    there because it reached that --target."""
     try:
         with open(path) as handle:
             results = json.load(handle)
     except (OSError, ValueError):
         return False
-    return isinstance(results, dict) and RESULT_FIELDS <= results.keys() and results.get("steps") == steps
+    return (isinstance(results, dict) and RESULT_FIELDS <= results.keys() and results.get("steps") == steps
+            and (target is None or (results.get("target") == str(target) and results.get("target_step") == steps)))
 
 
 class Checkpoints:
     """RESULTS/checkpoints of one run: check the resume target, restore, save, and stop with a
     checkpoint. `identity` is what a resumed run must match (Trainer.run_identity)."""
 
-    def __init__(self, launcher: Launcher, results_dir: str, resume: bool, identity: dict, total_steps: int):
+    def __init__(self, launcher: Launcher, results_dir: str, resume: bool, identity: dict, total_steps: int,
+                 target=None):
         self.launcher, self.results_dir, self.resume = launcher, results_dir, resume
-        self.identity, self.total_steps = identity, total_steps
+        self.identity, self.total_steps, self.target = identity, total_steps, target
         self.folder = os.path.join(results_dir, CHECKPOINTS_DIR)
         self.identity_path = os.path.join(self.folder, IDENTITY_FILE)
         self.checkpoint = None
@@ -92,7 +95,9 @@ class Checkpoints:
                 f"(--max-steps/--epochs); pass --max-steps {reached} or more (or enough --epochs) to "
                 "continue it, or start over in another --results-dir")
         results = os.path.join(self.results_dir, RESULTS_FILE)
-        if reached == self.total_steps and results_complete(results, reached):
+        # Finished: at its last step, or where it reached this run's --target
+        if (reached == self.total_steps or self.target) and results_complete(
+                results, reached, None if reached == self.total_steps else self.target):
             log(self.launcher, f"--resume: the run already finished at step {reached}; its results are in "
                                f"{results}; nothing to do")
             raise RunFinished(results)

@@ -10,7 +10,7 @@ import math
 import os
 import sys
 
-from tf_recipes import contract, user_paths
+from tf_recipes import contract, evaluation, user_paths
 from tf_recipes.contract import COLLECTIVES, LAUNCHERS
 from tf_recipes.stopping import peer_error_summary
 
@@ -106,7 +106,7 @@ def precision_policy(amp: str | None, gpu: bool) -> str:
 
 def amp_flags(policy: str) -> str:
     """The --amp flag that asks for `policy` on any machine, for messages."""
-    return {"float32": "no --amp", "mixed_float16": "--amp float16", "mixed_bfloat16": "--amp bfloat16"}.get(
+    return {"float32": "--no-amp", "mixed_float16": "--amp float16", "mixed_bfloat16": "--amp bfloat16"}.get(
         policy, policy)
 
 
@@ -123,6 +123,8 @@ def add_precision_flags(group) -> None:
                             "a bare --amp means): float16 with loss scaling on a GPU, bfloat16 on the CPU; "
                             "float16 or bfloat16 force that type anywhere (float16 on the CPU runs the GPU's "
                             "loss-scaled path, slowly); without --amp everything is float32")
+    group.add_argument("--no-amp", dest="amp", action="store_const", const=None,
+                       help="everything in float32, where a recipe's default is --amp")
     group.add_argument("--loss-scale-initial", type=loss_scale, default=LOSS_SCALE_INITIAL, metavar="SCALE",
                        help="float16 only: the first loss scale; every step whose gradients overflow is skipped "
                             f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
@@ -153,8 +155,23 @@ class TrainingParser(argparse.ArgumentParser):
         return namespace, extras
 
 
-def training_parser(description: str, *, batch_size: int, epochs: int, lr: float) -> argparse.ArgumentParser:
-    """An argparse parser with the shared flags; a recipe adds its own and sets its defaults."""
+def add_evaluation_flags(parser, metrics: tuple[str, ...]) -> None:
+    """--eval-every and --target (tf_recipes.evaluation, the Trainer's evaluation during training)."""
+    quality = parser.add_argument_group("evaluation during training")
+    quality.add_argument("--eval-every", type=non_negative_int, default=None, metavar="N",
+                         help="evaluate the held-out set every N steps: a point of the learning curve in "
+                              "results.json and TensorBoard (default: every epoch, at most about "
+                              f"{evaluation.POINTS_PER_RUN} times a run; 0: only at the end)")
+    quality.add_argument("--target", type=evaluation.target_type(metrics), default=None, metavar="METRIC=VALUE",
+                         help="end the run at the first evaluation whose METRIC reaches VALUE (at most VALUE "
+                              f"for the loss), e.g. {metrics[0]}=0.99; results.json records its time_to_target. "
+                              f"A run that never reaches it exits with status {contract.EXIT_TARGET_MISSED}")
+
+
+def training_parser(description: str, *, batch_size: int, epochs: int, lr: float,
+                    metrics: tuple[str, ...] = ("accuracy",)) -> argparse.ArgumentParser:
+    """An argparse parser with the shared flags; a recipe adds its own and sets its defaults.
+    `metrics` are what its evaluation reports, and what --target may name besides the loss."""
     parser = TrainingParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     run = parser.add_argument_group("launch")
     run.add_argument("--launcher", choices=LAUNCHERS, default="single",
@@ -175,8 +192,14 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     train.add_argument("--lr", type=positive_float, default=lr, help="base learning rate")
     train.add_argument("--scale-lr", action=argparse.BooleanOptionalAction, default=False,
                        help="multiply the learning rate by the number of replicas")
+    train.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
+                       help="constant: the rate (ramped up to the scaled rate under --scale-lr); cosine: from 0 "
+                            "up to the rate over --lr-warmup-steps, then down to 0 along a half cosine at the "
+                            "end of the last epoch (--max-steps and --target end a run sooner, on the same "
+                            "schedule)")
     train.add_argument("--lr-warmup-steps", type=non_negative_int, default=100,
-                       help="steps over which a scaled learning rate ramps up from the base rate")
+                       help="steps over which the rate ramps up: to the scaled rate (--scale-lr), or to the "
+                            "peak rate (--lr-schedule cosine)")
     train.add_argument("--seed", type=non_negative_int, default=42,
                        help="seed for weights, data order and augmentation")
     add_precision_flags(train)
@@ -184,6 +207,7 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     train.add_argument("--steps-per-loop", type=positive_int, default=10, metavar="K",
                        help="training steps per compiled call; the host waits for and reads the outputs "
                             "only every K steps (and at --log-every, checkpoint, --profile and the end)")
+    add_evaluation_flags(parser, metrics)
     data = parser.add_argument_group("data")
     data.add_argument("--data-dir", default=None, help="where the dataset is (see the recipe README)")
     data.add_argument("--synthetic", action="store_true",
@@ -214,7 +238,8 @@ def run_main(main) -> None:
     """Run a recipe's main(); user mistakes end with one line on stderr, not a traceback.
 
     The exit statuses are tf_recipes.contract's EXIT_*: 0 done, 2 user mistake or bad data, 3 replicas
-    out of sync, 4 cluster did not form or a peer was lost, 143 stopped on a signal with a checkpoint."""
+    out of sync, 4 cluster did not form or a peer was lost, 13 --target not reached, 143 stopped on a
+    signal with a checkpoint."""
     try:
         main()
     except (contract.UserError, FileExistsError, FileNotFoundError, FloatingPointError) as error:
@@ -223,6 +248,9 @@ def run_main(main) -> None:
     except contract.DesyncError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(contract.EXIT_DESYNC)
+    except contract.TargetMissed as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(contract.EXIT_TARGET_MISSED)
     except contract.RunFinished:  # the chief has said so; a requeued job or recreated pod ends cleanly
         sys.exit(contract.EXIT_DONE)
     except contract.StopRequested as stop:

@@ -78,6 +78,7 @@ EXIT_DONE = 0  # finished; results.json written
 EXIT_USER_ERROR = 2  # a user mistake or bad data; nothing written, one line on stderr says what to change
 EXIT_DESYNC = 3  # the replicas finished with different weights (the desync guard); no results.json
 EXIT_CLUSTER = 4  # the cluster did not form, or a peer was lost mid-run (infrastructure: retry)
+EXIT_TARGET_MISSED = 13  # --target METRIC=VALUE was not reached; results.json, checkpoint and export are written
 # Stopped by SIGTERM/SIGUSR1 with a checkpoint of the stop step (retry with --resume). 128 + SIGTERM:
 # what a stopped process conventionally reports, and inside the range (128-255) that Kubeflow's
 # `restartPolicy: ExitCode` treats as retryable.
@@ -108,6 +109,10 @@ class DesyncError(RuntimeError):
 class ClusterError(RuntimeError):
     """The cluster did not form, or a peer was lost; the message names who and what to check:
     exit EXIT_CLUSTER."""
+
+
+class TargetMissed(Exception):
+    """No evaluation of the run reached its --target: exit EXIT_TARGET_MISSED, one line."""
 
 
 class StopRequested(Exception):

@@ -214,6 +214,12 @@ def results_record(run, extra: dict | None = None, command: list[str] | None = N
         "precision": run.precision,
         "loss_scaling": run.loss_scaling,
         "xla": run.xla,
+        # The learning curve: the held-out set's metrics during training, and the time to --target
+        "eval_every": run.eval_interval if run.evaluation else 0,
+        "curve": run.curve.points,
+        "target": str(run.target) if run.target else None,
+        "time_to_target": run.curve.target_reached and run.curve.target_reached["seconds"],
+        "target_step": run.curve.target_reached and run.curve.target_reached["step"],
         "versions": versions(),
         "command": sys.argv if command is None else command,
         **(extra or {}),

@@ -25,13 +25,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_recipes import export as exporting, reporting, test_hooks
+from tf_recipes import evaluation as evaluating, export as exporting, reporting, test_hooks
 from tf_recipes.checkpoints import Checkpoints, ResumeError  # noqa: F401 (ResumeError: also imported from here)
 from tf_recipes.cli import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, precision_policy
-from tf_recipes.contract import ClusterError, UserError
+from tf_recipes.contract import ClusterError, TargetMissed, UserError
 from tf_recipes.data import DataError, steps_per_epoch
 from tf_recipes.launchers import Launcher, replica_copies, weights_fingerprint  # noqa: F401 (weights_fingerprint: too)
 from tf_recipes.reporting import disk_full_is_one_line, log, replica_state, scales_loss  # noqa: F401 (disk_full_...: too)
+from tf_recipes.results import write_json
 from tf_recipes.stopping import StopFlag, peer_error_summary
 
 
@@ -81,13 +82,38 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"base_rate": self.base_rate, "scale": self.scale, "warmup_steps": self.warmup_steps}
 
 
-def learning_rate(base_rate: float, launcher: Launcher, scale_lr: bool, warmup_steps: int):
-    """The optimizer's learning rate: `base_rate`, or under --scale-lr with several replicas a
-    WarmupSchedule from it up to base_rate x replicas."""
-    if not scale_lr or launcher.num_replicas == 1:
-        return base_rate
+class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """--lr-schedule cosine: linear from 0 to `peak_rate` over `warmup_steps`, then down to 0 along a
+    half cosine at `total_steps`. A --target that ends the run early leaves the schedule as planned."""
+
+    def __init__(self, peak_rate: float, warmup_steps: int, total_steps: int):
+        self.peak_rate, self.warmup_steps, self.total_steps = peak_rate, warmup_steps, total_steps
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        ramp = (step + 1.0) / tf.maximum(warmup, 1.0)
+        progress = tf.clip_by_value((step - warmup) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        decay = 0.5 * (1.0 + tf.cos(math.pi * progress))
+        return self.peak_rate * tf.where(step < warmup, ramp, decay)
+
+    def get_config(self):
+        return {"peak_rate": self.peak_rate, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+
+
+def learning_rate(base_rate: float, launcher: Launcher, scale_lr: bool, warmup_steps: int,
+                  schedule: str = "constant", total_steps: int = 0):
+    """The optimizer's learning rate (--lr-schedule). constant: `base_rate`, or under --scale-lr with
+    several replicas a WarmupSchedule from it up to base_rate x replicas. cosine: a
+    WarmupCosineSchedule to a peak of `base_rate` (times the replicas under --scale-lr) over the
+    run's `total_steps`."""
     # Distributed: learning rate scaled by replicas
-    return WarmupSchedule(base_rate, float(launcher.num_replicas), warmup_steps)
+    scale = float(launcher.num_replicas) if scale_lr else 1.0
+    if schedule == "cosine":
+        return WarmupCosineSchedule(base_rate * scale, warmup_steps, total_steps)
+    if scale == 1.0:
+        return base_rate
+    return WarmupSchedule(base_rate, scale, warmup_steps)
 
 
 def loop_end(step: int, total_steps: int, steps_per_loop: int, every: tuple[int, ...] = (),
@@ -139,11 +165,14 @@ class Trainer:
     # The faults a test asks for, read from the environment once, here (common/test_hooks.py); none in a normal run.
     faults: test_hooks.Faults = field(default_factory=test_hooks.faults)
     export: bool = True  # the run ends with an export (--no-export: False); its folder is checked first
+    eval_every: int | None = None  # steps between evaluations of the held-out set (None: a handful; 0: the end only)
+    target: evaluating.Target | None = None  # --target: the run ends at the first evaluation that reaches it
 
     def __post_init__(self):
         self.global_batch = self.per_replica_batch * self.launcher.num_replicas  # Distributed: the global batch
         self.steps_per_epoch = steps_per_epoch(self.num_examples, self.global_batch)
-        self.total_steps = self.epochs * self.steps_per_epoch
+        # A learning-rate schedule spans the epochs: --max-steps and --target only end the run sooner
+        self.planned_steps = self.total_steps = self.epochs * self.steps_per_epoch
         if self.max_steps:
             self.total_steps = min(self.total_steps, self.max_steps)
         self.start_step = 0
@@ -153,8 +182,14 @@ class Trainer:
                             f"and this run computes in {self.precision}; add --amp float16 (a bare --amp is float16 "
                             "only on a GPU) or leave --loss-scale-initial out")
         self.checkpoints = Checkpoints(self.launcher, self.results_dir, self.resume, self.run_identity(),
-                                       self.total_steps)
+                                       self.total_steps, self.target)
         self.checkpoint_dir = self.checkpoints.folder
+        self.eval_interval = evaluating.eval_interval(self.eval_every, self.total_steps, self.steps_per_epoch)
+        self.curve = evaluating.Curve(self.checkpoint_dir, self.global_batch, self.target)
+        self.evaluation = None  # fit's `evaluation`: this process's share of the held-out set, made anew
+        self._eval_steps = {}  # id(Task): its compiled evaluation step
+        self._evaluated = None  # (step, metrics) of the last evaluation
+        self._checkpointed = None  # the step of the last checkpoint
         self.checkpoints.check_resume_target()
         if self.export:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
@@ -185,6 +220,8 @@ class Trainer:
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.checkpoints.track(model, optimizer, self.step)
         self.start_step = self.checkpoints.restore()
+        if self.start_step:  # the curve goes on from the restored step, and so does the time to target
+            self.curve.restore(self.start_step, evaluating.read_json)
         self.launcher.prepare(model, optimizer)  # Distributed: every replica starts from one state
 
     # -- training ----------------------------------------------------------------------------------
@@ -257,12 +294,19 @@ class Trainer:
         overflowed = self.launcher.mean_over_replicas([1.0 - tf.cast(finite, tf.float32)])[0] > 0
         return [g if g is None else tf.where(overflowed, tf.constant(np.nan, g.dtype), g) for g in gradients]
 
-    def fit(self, dataset, task: Task, explain_input_error: Callable[[int], str | None] | None = None) -> None:
+    def fit(self, dataset, task: Task, explain_input_error: Callable[[int], str | None] | None = None,
+            evaluation: Callable[[], tf.data.Dataset] | None = None,
+            explain_eval_error: Callable[[], str | None] | None = None) -> None:
         """Train from `start_step` to `total_steps`, then check that every replica agrees.
 
         `explain_input_error(step)`, when given, is asked to name the file or value behind a data
         error (a failed decode, a label out of range) in the batch of `step`; its answer becomes a
         one-line DataError instead of TensorFlow's traceback.
+
+        `evaluation()`, when given, returns this process's share of the held-out set (as `evaluate`
+        takes it): it is evaluated every `eval_interval` steps, and once more by `evaluate()` at the
+        end; with a `target`, training ends at the first evaluation that reaches it.
+        `explain_eval_error()` names the file behind a failed read of it, as `evaluate` does.
         """
         launcher = self.launcher
         log(launcher, f"{self.recipe}: launcher {launcher.name}, {launcher.num_workers} process(es), "
@@ -273,13 +317,15 @@ class Trainer:
                                         launcher.num_replicas)
         train_loop = self._build_train_step(task)
         checkpoint_every = self.checkpoint_every or self.steps_per_epoch
+        eval_every = self._start_evaluation(task, evaluation, explain_eval_error)
         self.step_times = []
         iterator = iter(dataset)
         step = self.start_step
         last = time.perf_counter()
         while step < self.total_steps:
             first, step = step + 1, loop_end(step, self.total_steps, self.steps_per_loop,
-                                             (self.log_every, checkpoint_every), self.profile_steps or ())
+                                             (self.log_every, checkpoint_every, *([eval_every] if eval_every else [])),
+                                             self.profile_steps or ())
             if self.profile_steps:
                 self.report.profile(first, before=True)
             outputs = self._run_steps(train_loop, iterator, first, step, explain_input_error)
@@ -295,8 +341,13 @@ class Trainer:
             self.step.assign(step)
             if self.profile_steps:
                 self.report.profile(step, before=False)
-            if step % checkpoint_every == 0 or step == self.total_steps or stop:
-                self.checkpoints.save()
+            # The evaluation at the last step is evaluate()'s, after fit
+            reached = eval_every and step % eval_every == 0 and step < self.total_steps and self._eval_point(step)
+            if step % checkpoint_every == 0 or step == self.total_steps or stop or reached:
+                self._save_checkpoint(step)
+            if reached:  # every process evaluated the same sums, so all of them stop here
+                self.total_steps = step
+                break
             if stop and step < self.total_steps:
                 self.checkpoints.stop(step, self.stop_flag)
             last = time.perf_counter()  # checkpoint and logging time is not step time
@@ -333,24 +384,73 @@ class Trainer:
         self.fingerprints = reporting.agreed_fingerprints(
             self.launcher, trainable + drifting + reporting.loss_scale_state(self.optimizer))
 
+    def _start_evaluation(self, task: Task, evaluation, explain_eval_error) -> int:
+        """Keep fit's held-out set; the steps between its evaluations during training (0: none)."""
+        self.task, self.evaluation, self._explain_eval_error = task, evaluation, explain_eval_error
+        if self.target and not evaluation:
+            raise UserError(f"--target {self.target}: this run has no held-out set to evaluate (generated data); "
+                            "give it real data or leave --target out")
+        eval_every = self.eval_interval if evaluation else 0
+        if self.target:
+            log(self.launcher, f"target: {self.target} on the held-out set, evaluated every "
+                               f"{eval_every or self.total_steps} steps")
+        return eval_every
+
+    def _save_checkpoint(self, step: int) -> None:
+        """A checkpoint of `step`, and the curve up to it."""
+        self.checkpoints.save()
+        self._checkpointed = step
+        self._save_curve(step)
+
+    def _save_curve(self, step: int) -> None:
+        """The curve up to the checkpoint of `step`: the chief's RESULTS/checkpoints/curve.json."""
+        if self.launcher.is_chief:  # Distributed: the chief keeps the curve
+            write_json(self.curve.path, self.curve.state(step))
+
+    def _eval_point(self, step: int) -> bool:
+        """Evaluate the held-out set at `step` (a point of the curve); True when it reaches the target."""
+        self._measure(self.evaluation(), self.task, self._explain_eval_error)
+        if self.curve.target_reached is None:
+            return False
+        log(self.launcher, f"target {self.target} reached at step {step}, {self.curve.target_reached['seconds']:.1f} s "
+                           "after the start; training ends here")
+        return True
+
     # -- evaluation and results --------------------------------------------------------------------
-    def evaluate(self, dataset, task: Task, explain_input_error: Callable[[], str | None] | None = None) -> dict:
-        """Loss and metrics over an evaluation set shared by every process of the job.
+    def evaluate(self, dataset=None, task: Task | None = None,
+                 explain_input_error: Callable[[], str | None] | None = None) -> dict:
+        """Loss and metrics over an evaluation set shared by every process of the job, at the step
+        training ended: the last point of the curve.
 
         Each process passes the dataset of its own share (`launcher.eval_share(num_examples)`); the
         loss and metric sums are added up over the processes, so every example counts exactly once
-        and every process returns the whole set's figures. Every process must call it.
+        and every process returns the whole set's figures. Every process must call it. Without
+        `dataset`, the held-out set given to fit, which is not evaluated twice at one step (a run that
+        ended at its target evaluated it there).
         """
-        model = self.model
+        step = int(self.step.numpy())
+        if dataset is None:
+            if self._evaluated and self._evaluated[0] == step:
+                return self._evaluated[1]
+            dataset = self.evaluation()
+        return self._measure(dataset, task or self.task, explain_input_error)
 
-        @tf.function
-        def eval_step(x, y):
-            y_pred = model(x, training=False)
-            sums = {k: tf.cast(v, tf.float32) for k, v in task.metric_sums(y, y_pred).items()}
-            sums["loss"] = tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32))
-            sums["examples"] = tf.cast(tf.shape(y)[0], tf.float32)
-            return sums
+    def _measure(self, dataset, task: Task, explain_input_error) -> dict:
+        """One evaluation of `dataset` at the current step, added to the curve, the log and TensorBoard."""
+        step = int(self.step.numpy())
+        if id(task) not in self._eval_steps:
+            model = self.model
 
+            @tf.function
+            def eval_step(x, y):
+                y_pred = model(x, training=False)
+                sums = {k: tf.cast(v, tf.float32) for k, v in task.metric_sums(y, y_pred).items()}
+                sums["loss"] = tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32))
+                sums["examples"] = tf.cast(tf.shape(y)[0], tf.float32)
+                return sums
+
+            self._eval_steps[id(task)] = eval_step
+        eval_step = self._eval_steps[id(task)]
         totals = {}
         try:
             for x, y in dataset:
@@ -366,8 +466,25 @@ class Trainer:
         totals = summed_over_processes(self.launcher, totals)
         metrics = {"loss": float(totals["loss"] / totals["examples"]), **task.summarize(totals),
                    "examples": int(totals["examples"])}
-        self.report.write_scalars("eval", self.total_steps, {k: v for k, v in metrics.items() if isinstance(v, float)})
+        scalars = {k: v for k, v in metrics.items() if isinstance(v, float)}
+        self.report.write_scalars("eval", step, scalars)
+        point = self.curve.add(step, metrics)
+        self._evaluated = step, metrics
+        if self._checkpointed == step:  # the evaluation at the end, after the last checkpoint: a resume keeps it
+            self._save_curve(step)
+        log(self.launcher, f"eval at step {step} ({point['examples_seen']:,} examples seen, {point['seconds']:.1f} s): "
+                           + "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()))
         return metrics
+
+    def check_target(self) -> None:
+        """The end of a run with --target: TargetMissed (one line, a non-zero exit) when no evaluation
+        reached it. results.json, the checkpoint and the export are written first: the run is kept."""
+        if self.target and self.curve.target_reached is None:
+            last = self.curve.points[-1] if self.curve.points else {}
+            raise TargetMissed(f"--target {self.target} was not reached in {self.total_steps} steps (the last "
+                               f"evaluation's {self.target.metric}: {last.get(self.target.metric, float('nan')):.4f}); "
+                               "train longer (--epochs) or lower the target; results are in "
+                               f"{self.results_dir}")
 
     def save_results(self, extra: dict | None = None) -> str | None:
         """results.json and the final weights, written by the chief; every process calls it and

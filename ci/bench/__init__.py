@@ -6,7 +6,10 @@
 - `host_overhead.py`: the training loop's host overhead against a bare tf.function loop
   (`python -m ci.bench.host_overhead`);
 - `predict.py`: an exported model's predictions (as predict.py makes them) against Keras model.predict
-  (`python -m ci.bench.predict`).
+  (`python -m ci.bench.predict`);
+- `time_to_accuracy.py`: mnist-cnn's wall time to a test accuracy on the real digits against the
+  short-script baseline, `mnist_baseline.py` (a keras-io-style convnet), run side by side
+  (`python -m ci.bench.time_to_accuracy`).
 
 The recipes' input-pipeline benchmarks stay in their folders (`recipes/*/benchmark_input.py`) and
 share common/pipeline_bench.py.

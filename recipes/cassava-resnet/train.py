@@ -237,7 +237,7 @@ def main(args):
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
         steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
-        export=args.export)
+        export=args.export, eval_every=args.eval_every, target=args.target)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(args.image_size, weights, len(class_names))
@@ -251,9 +251,9 @@ def main(args):
                                                         trainer.start_step),
         args.batch_size)
     # fit() also averages the batch-norm moving statistics over the replicas and checks them.
-    trainer.fit(dataset, TASK)
+    trainer.fit(dataset, TASK, evaluation=lambda: make_eval_dataset(builder, args, launcher))
 
-    validation = trainer.evaluate(make_eval_dataset(builder, args, launcher), TASK)
+    validation = trainer.evaluate()  # the validation split at the step training ended
     training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")
     data = "synthetic" if args.synthetic else {"tfds": "cassava"}.get(args.data_format, args.data_format)
     trainer.save_results({"final_metrics": {"validation": validation}, "precision": precision, "data": data,
@@ -261,6 +261,7 @@ def main(args):
     export.export_model(launcher, results_dir, model, lambda: build_model(args.image_size, None, len(class_names)),
                         enabled=args.export, recipe=RECIPE, task=export.CLASSIFICATION, class_names=class_names,
                         image_size=(args.image_size, args.image_size), channels=3, to_model=lambda images: images)
+    trainer.check_target()  # --target: a run that never reached it ends with status 13
 
 
 if __name__ == "__main__":

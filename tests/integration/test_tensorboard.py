@@ -34,7 +34,8 @@ def test_event_files_hold_the_logged_values(tmp_path, launcher):
     replicas = "1" if launcher == "single" else "2"
     assert_ok(run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher, "--cpu-replicas", replicas,
                          "--runtime", "local", "--results-dir", str(tmp_path), "--", "--synthetic", "--max-steps",
-                         "12", "--log-every", "4", "--scale-lr", "--lr-warmup-steps", "8"))
+                         "12", "--log-every", "4", "--scale-lr", "--lr-warmup-steps", "8",
+                         "--lr-schedule", "constant"))
     reader = run_python("-c", READ_EVENTS, str(tmp_path / "tensorboard"))
     assert_ok(reader)
     scalars = json.loads(reader.stdout.strip().splitlines()[-1])

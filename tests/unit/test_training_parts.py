@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_recipes import checkpoints, contract, launchers, reporting, test_hooks, training
+from tf_recipes import checkpoints, contract, evaluation, launchers, reporting, test_hooks, training
 from tf_recipes.data import cannot_download
 from helpers import run_python
 
@@ -207,9 +207,16 @@ def test_results_json_holds_every_contract_field_and_the_recipe_s_extra(monkeypa
         recipe="mnist-cnn", launcher=SimpleNamespace(name="mirrored", num_nodes=1, num_workers=1, num_replicas=2),
         per_replica_batch=4, global_batch=8, start_step=0, total_steps=4, steps_per_epoch=2, warmup_steps=1,
         step_times=[1.0, 0.5, 0.5, 0.25], report=SimpleNamespace(history=[{"step": 4, "loss": 0.5}]),
-        fingerprints=["ab", "ab"], precision="float32", loss_scaling=None, xla=False)
+        fingerprints=["ab", "ab"], precision="float32", loss_scaling=None, xla=False,
+        eval_interval=2, evaluation=lambda: None, target=evaluation.Target("accuracy", 0.5),
+        curve=evaluation.Curve("unused", 8, evaluation.Target("accuracy", 0.5)))
+    run.curve.add(2, {"loss": 0.7, "accuracy": 0.25, "examples": 10})
+    run.curve.add(4, {"loss": 0.6, "accuracy": 0.5, "examples": 10})
     record = reporting.results_record(run, {"final_metrics": {"test": {}}, "precision": "mixed_bfloat16"},
                                       command=["train.py"])
+    assert [(p["step"], p["examples_seen"], p["accuracy"]) for p in record["curve"]] == [(2, 16, 0.25), (4, 32, 0.5)]
+    assert (record["eval_every"], record["target"], record["target_step"]) == (2, "accuracy>=0.5", 4)
+    assert record["time_to_target"] == record["curve"][1]["seconds"]
     assert contract.RESULT_FIELDS <= record.keys()
     assert (record["launcher"], record["replicas"], record["steps"], record["losses"]) == (
         "mirrored", 2, 4, [{"step": 4, "loss": 0.5}])

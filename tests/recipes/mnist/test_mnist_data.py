@@ -1,10 +1,7 @@
-"""mnist-cnn's data paths: the Keras mnist.npz for offline clusters, TFDS, clear errors, and the
-accuracy bar on the real dataset when it is present."""
-import os
-import pathlib
+"""mnist-cnn's data paths: the Keras mnist.npz for offline clusters, TFDS and clear errors (what it learns
+from the real digits: test_mnist_quality.py)."""
 
 import numpy as np
-import pytest
 
 from helpers import assert_ok, read_results, results_beside, run_python
 
@@ -62,23 +59,3 @@ def test_bad_numbers_get_one_line_errors():
     process = run_python(TRAIN, "--synthetic", "--batch-size", "20000", "--max-steps", "1")
     assert process.returncode == 2 and "lower --batch-size" in process.stderr
     assert "Traceback" not in process.stderr
-
-
-def find_real_mnist():
-    candidates = [os.environ.get("TF_RECIPES_MNIST_DIR", ""), "data/mnist", os.path.expanduser("~/.keras/datasets")]
-    for folder in candidates:
-        if folder and (pathlib.Path(folder) / "mnist.npz").is_file():
-            return os.path.abspath(folder)
-    return None
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(find_real_mnist() is None,
-                    reason="real MNIST absent: put the Keras mnist.npz in data/mnist/ or set TF_RECIPES_MNIST_DIR "
-                           "(no dataset downloads are possible on the CI machines)")
-def test_two_epochs_on_real_mnist_reach_98_percent(tmp_path):
-    process = run_python(TRAIN, "--data-dir", find_real_mnist(), "--epochs", "2", "--log-every", "100",
-                         "--results-dir", str(tmp_path), timeout=1800)
-    assert_ok(process)
-    accuracy = read_results(tmp_path)["final_metrics"]["test"]["accuracy"]
-    assert accuracy >= 0.98, accuracy
