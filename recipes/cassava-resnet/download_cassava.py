@@ -19,7 +19,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="TFDS data dir to prepare cassava in")
     args = parser.parse_args()
-    user_paths.exit_if(user_paths.folder_problem("--data-dir", args.data_dir))
+    user_paths.exit_if(user_paths.flags_problem({}, {"--data-dir": args.data_dir}))
     os.makedirs(args.data_dir, exist_ok=True)
     try:
         builder = cassava_builder(args.data_dir)
