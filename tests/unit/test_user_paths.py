@@ -148,7 +148,9 @@ def test_a_folder_that_can_be_made_is_checked_without_leaving_it_behind(tmp_path
     ["-m", "tf_recipes.preflight", "--results-dir", UNMAKEABLE],
     ["recipes/mnist-cnn/predict.py", "--model", "{tmp}/export", "--input", "{tmp}/photo.png", "--out", UNMAKEABLE],
     ["recipes/cityscapes-unet/make_fixture.py", "--out", UNMAKEABLE],
-], ids=["preflight", "predict", "make-fixture"])
+    ["recipes/cassava-resnet/download_cassava.py", "--data-dir", UNMAKEABLE],
+    ["recipes/cassava-resnet/generated_cassava.py", UNMAKEABLE],
+], ids=["preflight", "predict", "make-fixture", "download-cassava", "generated-cassava"])
 def test_a_library_command_or_script_says_its_output_folder_cannot_be_made(tmp_path, command):
     (tmp_path / "photo.png").write_bytes(b"\x89PNG")
     process = run_python(*(arg.format(tmp=tmp_path) for arg in command), timeout=120)
