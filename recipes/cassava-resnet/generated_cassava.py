@@ -21,7 +21,6 @@ import shutil
 import tempfile
 
 import numpy as np
-import tensorflow as tf
 
 from tf_recipes import user_paths
 from tf_recipes.cli import non_negative_int, positive_int
@@ -33,6 +32,8 @@ HUES = np.array([[90, 140, 40], [150, 160, 50], [60, 110, 60], [170, 150, 90], [
 
 def leaf_photo(rng: np.random.Generator, label: int, width: int, height: int) -> np.ndarray:
     """An RGB uint8 image: a class-coloured gradient, blotches and fine noise (JPEG-realistic)."""
+    import tensorflow as tf  # here, not at the top: main() checks its flags before TensorFlow loads
+
     coarse = rng.normal(0, 40, (1, max(height // 32, 2), max(width // 32, 2), 3)).astype(np.float32)
     coarse = tf.image.resize(coarse, (height, width), method="bicubic")[0].numpy()
     rows = np.linspace(-1, 1, height, dtype=np.float32)[:, None, None]
@@ -42,6 +43,8 @@ def leaf_photo(rng: np.random.Generator, label: int, width: int, height: int) ->
 
 def write_jpegs(source: pathlib.Path, counts: dict, sizes, seed: int, quality: int) -> None:
     """The layout the cassava builder reads: cassavaleafdata/SPLIT/LABEL/SPLIT-LABEL-N.jpg."""
+    import tensorflow as tf
+
     rng = np.random.default_rng(seed)
     for split, count in counts.items():
         for index in range(count):
