@@ -15,6 +15,9 @@ from commands import choices, containers, launch
 from tf_recipes import contract
 from tasks import host
 
+# How a message names the folder SIFs go to: a setting, not a flag.
+SIF_FOLDER = "the SIF folder (setting sif_dir, INVOKE_TF_RECIPES_SIF_DIR)"
+
 
 @task(
     positional=["recipe"],
@@ -50,7 +53,7 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
         host.fail("--definition builds an Apptainer image; add --runtime apptainer")
     cfg = host.settings(c)
     if runtime == "apptainer":  # before Docker or Apptainer is called
-        host.check_creatable("the SIF folder (sif_dir)", os.path.join(host.ROOT, cfg["sif_dir"]), dry)
+        host.check_creatable(SIF_FOLDER, os.path.join(host.ROOT, cfg["sif_dir"]), dry)
     tag = host.image_tag(c, recipe, base, stack)
     base_image = host.base_image(c, stack, base)
     if runtime == "apptainer" and definition:
@@ -60,7 +63,7 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
         host.write_or_print(containers.render_apptainer_definition(base_image, recipe, stack), source, dry,
                             "building the image from it", flag="the definition file")
         if not dry:
-            host.make_folder("the SIF folder (sif_dir)", cfg["sif_dir"])
+            host.make_folder(SIF_FOLDER, cfg["sif_dir"])
         code = host.execute(containers.build_apptainer_build_command(  # %files are relative to the recipe folder
             os.path.abspath(sif), os.path.abspath(source), apptainer=cfg["apptainer"], compression=sif_compression),
             dry=dry, cwd=os.path.join(host.ROOT, "recipes", recipe))
@@ -142,7 +145,7 @@ def sif_from_image(c, image: str, sif: str, compression: str, docker: str, dry: 
         print(f"{shown} is up to date: made from {image} ({stamp['image_id'][:19]}), "
               f"{compression}; nothing to build")
         return
-    host.make_folder("the SIF folder (sif_dir)", os.path.dirname(sif))
+    host.make_folder(SIF_FOLDER, os.path.dirname(sif))
     work = tempfile.mkdtemp(prefix=f".{os.path.basename(sif)}.", dir=os.path.dirname(sif))
     try:
         built = os.path.join(work, "image.sif")

@@ -135,6 +135,13 @@ def test_invoke_run_says_in_one_line_that_the_results_folder_cannot_be_made(tmp_
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
 
 
+def test_a_dry_run_notes_a_results_folder_that_cannot_be_made_here():
+    """--dry makes nothing, and its commands may be meant for another machine: a note, not a refusal."""
+    process = run_invoke("run", "mnist-cnn", "--runtime", "local", "--results-dir", UNMAKEABLE, "--dry", timeout=120)
+    assert process.returncode == 0, process.stderr
+    assert f"note: --results-dir {UNMAKEABLE} cannot be made" in process.stderr
+
+
 def test_a_folder_that_can_be_made_is_checked_without_leaving_it_behind(tmp_path):
     from tf_recipes import user_paths
 
