@@ -105,6 +105,13 @@ def test_the_cache_of_cassava_stays_out_of_the_data(tmp_path):
     assert f"--cache-dir {tmp_path}/cache lies inside --data-dir {tmp_path}" in cli.folder_flags_problem(args)
 
 
+def test_cassava_refuses_a_default_cache_that_cannot_be_made_before_it_loads_tensorflow(tmp_path):
+    process = run_python("recipes/cassava-resnet/train.py", "--data-dir", str(tmp_path), "--weights", "none",
+                         timeout=120, env={"XDG_CACHE_HOME": "/proc/none"})
+    assert_one_error_line(process, "the decode cache (the default of --cache-dir) /proc/none/tf-recipes/cassava-resnet "
+                                   "cannot be made")
+
+
 def test_predict_refuses_an_out_inside_the_model_before_loading_it(tmp_path):
     from tf_recipes import predicting
 
