@@ -6,6 +6,7 @@
     output_problem(flag, out, ...)  one line when an output is, contains or lies inside one of the inputs
     flags_problem(inputs, ...)      both, for every output flag of a command: what each command checks
     make_folder(flag, path)         a folder the project creates, with its parents; one line if it cannot be made
+                                    (folder_of(flag, file): the folder of an output file, named for messages)
     creatable_problem(flag, path)   the same question before any work starts, leaving nothing behind
     exit_if(problem)                a script's one `error:` line and exit status 2
 
@@ -140,12 +141,17 @@ def flags_problem(inputs, folders=None, files=None, creatable: bool = True) -> s
         problem = output_problem(flag, path, inputs)
         if problem:
             return problem
-    made = {**folders, **{f"{flag} {path}: its folder": os.path.dirname(os.path.abspath(path))
-                          for flag, path in files.items()}} if creatable else {}
+    made = {**folders, **dict(folder_of(flag, path) for flag, path in files.items())} if creatable else {}
     return next((problem for flag, path in made.items() if (problem := creatable_problem(flag, path))), None)
 
 
 WRITABLE_PLACE = "give a folder in a place you can write"
+
+
+def folder_of(flag: str, path) -> tuple[str, str]:
+    """How a message names the folder of the output file `path` of `flag`, and that folder: what
+    make_folder and creatable_problem take for it."""
+    return f"{flag} {path}: its folder", os.path.dirname(os.path.abspath(path))
 
 
 def _cannot_make(flag: str, path, error: OSError) -> str:

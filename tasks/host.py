@@ -265,10 +265,10 @@ def write_or_print(text: str, out: str | None, dry: bool, next_step: str, flag: 
     what = user_paths.what_is(out) if out else user_paths.MISSING
     if out and what not in (user_paths.FILE, user_paths.MISSING):
         fail(f"{flag} {out} is {what}, not a file; give the path of the file to write")
-    folder = os.path.dirname(os.path.abspath(out)) if out else None
-    check_creatable(f"{flag} {out}: its folder", folder, dry)
+    named, folder = user_paths.folder_of(flag, out) if out else (flag, None)
+    check_creatable(named, folder, dry)
     if out and not dry:
-        make_folder(f"{flag} {out}: its folder", folder)
+        make_folder(named, folder)
         write_atomically(out, text)
         print(f"wrote {out}; {next_step}")
     else:
