@@ -194,8 +194,10 @@ def creatable_problem(flag: str, path) -> str | None:
     if not path or what_is(path) == FOLDER:
         return None
     made, _ = _missing_above(path)
-    problem = make_folder(flag, path)
-    if problem and what_is(path) == FOLDER:  # another worker made it meanwhile
+    # Tried twice: the workers of a job may check one new folder at once, and one may remove a parent
+    # that another has just made; a folder another worker made meanwhile is fine.
+    problem = make_folder(flag, path) and make_folder(flag, path)
+    if problem and what_is(path) == FOLDER:
         problem = None
     for folder in made:  # the deepest first
         try:
