@@ -451,6 +451,25 @@ def _host_path(what: str, path: str) -> str:
     return path
 
 
+# What lists the images a Docker engine holds, one REPOSITORY:TAG a line (missing_image_problem reads it).
+def build_local_images_command(docker: str = "docker") -> list[str]:
+    return [docker, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]
+
+
+def missing_image_problem(image: str, local_images, makers: Mapping[str, str]) -> str | None:
+    """One line when a build or run needs `image` and it is not on this machine, before Docker is called;
+    else None. `local_images` is what build_local_images_command printed, as a list (None: no Docker engine
+    answered); `makers` maps the images that a task makes here (they are in no registry) to that task's
+    command. An image no task makes is left to Docker, which pulls it."""
+    if local_images is None:
+        return (f"no Docker engine answers, and {image} is needed; start one (as root on Debian 12: "
+                "bash ci/docker-engine.sh) and run again")
+    tagged = image if _has_tag(image) else f"{image}:latest"
+    if image in makers and tagged not in local_images and image not in local_images:
+        return f"image {image} is not built; run `{makers[image]}` first"
+    return None
+
+
 def _has_tag(image: str) -> bool:
     last = image.rsplit("/", 1)[-1]
     return ":" in last or "@" in last

@@ -136,8 +136,8 @@ OUTPUT_FOLDERS = ("results_dir", "cache_dir", "predict_dir")
 
 
 def folder_flags_problem(args) -> str | None:
-    """One line when --data-dir or an output folder (OUTPUT_FOLDERS) names a file (or a FIFO, ...), or when
-    an output folder is, contains or lies inside --data-dir."""
+    """One line when --data-dir or an output folder (OUTPUT_FOLDERS) names a file (or a FIFO, ...), when
+    an output folder is, contains or lies inside --data-dir, or when an output folder cannot be made."""
     data_dir = getattr(args, "data_dir", None)
     outputs = {f"--{dest.replace('_', '-')}": getattr(args, dest, None) for dest in OUTPUT_FOLDERS}
     return (data_dir and user_paths.folder_problem("--data-dir", data_dir)) or user_paths.flags_problem(

@@ -25,13 +25,17 @@ def constraints(stack: str) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    usage = f"python -m tf_recipes.constraints STACK (one of {', '.join(stacks())})"
+    if argv in (["--help"], ["-h"]):
+        print(f"usage: {usage}")
+        return 0
     if len(argv) != 1 or argv[0].startswith("-"):
-        print(f"usage: python -m tf_recipes.constraints STACK (one of {', '.join(stacks())})", file=sys.stderr)
+        print(f"error: give one stack: {usage}", file=sys.stderr)
         return EXIT_USER_ERROR
     try:
         sys.stdout.write(constraints(argv[0]))
     except ValueError as error:
-        print(f"tf_recipes.constraints: {error}", file=sys.stderr)
+        print(f"error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
     return 0
 

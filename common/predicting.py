@@ -139,7 +139,7 @@ def check_paths(args, files: list[str], task: str) -> None:
         if user_paths.inside(os.path.realpath(path), out):
             raise PredictError(f"--input file {path} is inside --out {args.out} (as {os.path.realpath(path)}): "
                                "choose an --out outside the inputs")
-    problem = user_paths.folder_problem("--out", args.out)
+    problem = user_paths.flags_problem({}, {"--out": args.out})
     if problem:
         raise PredictError(problem)
     if os.path.isdir(args.out):
@@ -272,7 +272,9 @@ def run(args, task: str) -> None:
         raise PredictError(f"--model {model.path} is a {model.info['task']} model of {model.info['recipe']}, "
                            f"not a {task} model: use that recipe's predict.py")
     print(f"predict: model version {model.version} ({model.path})", flush=True)
-    os.makedirs(args.out, exist_ok=True)
+    problem = user_paths.make_folder("--out", args.out)
+    if problem:
+        raise PredictError(problem)
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
         handle.write("written by common/predicting.py: a later predict run may write here again\n")
     unreadable, table, done = [], None, 0

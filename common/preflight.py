@@ -403,7 +403,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--sizes: {error}")
     if not args.sizes:
         parser.error("--sizes: give at least one message size, such as 4K,64K")
-    user_paths.exit_if(user_paths.folder_problem("--results-dir", args.results_dir))
+    user_paths.exit_if(user_paths.flags_problem({}, {"--results-dir": args.results_dir}))
     return args
 
 
@@ -533,7 +533,7 @@ def _check(tf, launcher, args, heartbeat, deadline, nccl_pattern) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    os.makedirs(args.results_dir, exist_ok=True)
+    user_paths.exit_if(user_paths.make_folder("--results-dir", args.results_dir))
     rank, expected = ranks_from_env(os.environ, args.launcher)
     heartbeat = Heartbeat(os.path.join(args.results_dir, contract.PREFLIGHT_RANKS_DIR), rank, expected,
                           args.run_id, args.deadline).start()

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 
+from tf_recipes.cli import non_negative_int, positive_int
 from tf_recipes.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV, host_name_problem
 from tf_recipes.stopping import forwarding_stop_signals
 from tf_recipes.tf_config import build_tf_config
+from tf_recipes.user_paths import exit_if
 
 
 def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,
@@ -72,13 +75,29 @@ def parse_hosts(parser, text: str) -> list[str]:
     return hosts
 
 
+def start_workers(command: list[str], environments: list[dict]) -> list[subprocess.Popen]:
+    """One worker per environment; a command that cannot be started is one line and exit status 2, the
+    workers already started killed first."""
+    workers = []
+    for env in environments:
+        try:
+            workers.append(subprocess.Popen(command, env={**os.environ, **env}))
+        except OSError as error:  # which() found it, but it cannot be started (not a program, gone meanwhile)
+            for worker in workers:
+                worker.kill()
+                worker.wait()
+            exit_if(f"the worker command {command[0]} cannot be started ({error.strerror or error}); "
+                    "give a program that runs after --")
+    return workers
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nproc", type=int, required=True, help="worker processes to start")
-    parser.add_argument("--gpus-per-worker", type=int, default=0,
+    parser.add_argument("--nproc", type=positive_int, required=True, help="worker processes to start")
+    parser.add_argument("--gpus-per-worker", type=non_negative_int, default=0,
                         help="give worker i GPUs i*K .. i*K+K-1 (0: leave CUDA_VISIBLE_DEVICES alone)")
     parser.add_argument("--hosts", default="localhost", help="comma-separated hosts of the job, in order")
-    parser.add_argument("--node-index", type=int, default=0, help="this host's position in --hosts")
+    parser.add_argument("--node-index", type=non_negative_int, default=0, help="this host's position in --hosts")
     parser.add_argument("--port-base", type=int, default=None,
                         help="first worker port on every host (required with more than one host)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the worker command")
@@ -86,8 +105,10 @@ def main(argv=None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the worker command after --, e.g. -- python train.py --launcher multiworker")
-    if args.nproc < 1:
-        parser.error(f"--nproc {args.nproc} must be at least 1")
+    if not shutil.which(command[0]):
+        where = "not an executable file" if os.sep in command[0] else "not a program on PATH"
+        exit_if(f"the worker command {command[0]} is {where}; give a program that exists after --, "
+                "e.g. -- python train.py")
     hosts = parse_hosts(parser, args.hosts)
     if not 0 <= args.node_index < len(hosts):
         parser.error(f"--node-index {args.node_index} is not a position in --hosts {args.hosts}")
@@ -99,9 +120,8 @@ def main(argv=None) -> int:
     ports = (free_ports(args.nproc) if args.port_base is None
              else list(range(args.port_base, args.port_base + args.nproc)))
 
-    workers = []
-    for env in worker_environments(args.nproc, ports, args.gpus_per_worker, hosts, args.node_index):
-        workers.append(subprocess.Popen(command, env={**os.environ, **env}))
+    workers = start_workers(command, worker_environments(args.nproc, ports, args.gpus_per_worker, hosts,
+                                                         args.node_index))
     code = 0
     with forwarding_stop_signals(workers):
         try:

@@ -5,6 +5,9 @@
     folder_problem / file_problem   one line for a path flag given the wrong kind of thing, else None
     output_problem(flag, out, ...)  one line when an output is, contains or lies inside one of the inputs
     flags_problem(inputs, ...)      both, for every output flag of a command: what each command checks
+    make_folder(flag, path)         a folder the project creates, with its parents; one line if it cannot be made
+                                    (folder_of(flag, file): the folder of an output file, named for messages)
+    creatable_problem(flag, path)   the same question before any work starts, leaving nothing behind
     exit_if(problem)                a script's one `error:` line and exit status 2
 
 Every reader of a user's folder (training's image folders and prepared data, prediction's inputs, data
@@ -117,11 +120,12 @@ def output_problem(flag: str, out, inputs) -> str | None:
     return None
 
 
-def flags_problem(inputs, folders=None, files=None) -> str | None:
+def flags_problem(inputs, folders=None, files=None, creatable: bool = True) -> str | None:
     """The first problem of a command's output flags, as one line, else None: an output folder flag
     ({flag: path} `folders`) that names something other than a folder, an output file flag (`files`)
     that names something other than a regular file (a folder, a FIFO whose open would wait, a device),
-    or an output of either kind that is, contains or lies inside one of `inputs` ({flag: path}).
+    an output of either kind that is, contains or lies inside one of `inputs` ({flag: path}), or (unless
+    not `creatable`) an output folder, or the folder of an output file, that cannot be made (creatable_problem).
     Paths that are None or empty are left out: flags not given."""
     folders = {flag: path for flag, path in (folders or {}).items() if path}
     files = {flag: path for flag, path in (files or {}).items() if path}
@@ -137,7 +141,70 @@ def flags_problem(inputs, folders=None, files=None) -> str | None:
         problem = output_problem(flag, path, inputs)
         if problem:
             return problem
+    made = {**folders, **dict(folder_of(flag, path) for flag, path in files.items())} if creatable else {}
+    return next((problem for flag, path in made.items() if (problem := creatable_problem(flag, path))), None)
+
+
+WRITABLE_PLACE = "give a folder in a place you can write"
+
+
+def folder_of(flag: str, path) -> tuple[str, str]:
+    """How a message names the folder of the output file `path` of `flag`, and that folder: what
+    make_folder and creatable_problem take for it."""
+    return f"{flag} {path}: its folder", os.path.dirname(os.path.abspath(path))
+
+
+def _cannot_make(flag: str, path, error: OSError) -> str:
+    where = f" at {error.filename}" if error.filename and str(error.filename) != str(path) else ""
+    return (f"{flag} {path} cannot be made ({error.strerror or type(error).__name__}{where}); "
+            f"{WRITABLE_PLACE}")
+
+
+def _missing_above(path) -> tuple[list[str], str]:
+    """The folders that making `path` would create, the deepest first, and the nearest entry above them."""
+    missing, parent = [], os.path.abspath(path)
+    while what_is(parent) == MISSING and parent != os.path.dirname(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    return missing, parent
+
+
+def make_folder(flag: str, path) -> str | None:
+    """Make the folder `path` (a flag's value, or what the project names it) with its parents; None when it is
+    there now, else one line naming it and why it cannot be made: a file in the way, a read-only or virtual
+    file system (/proc), no permission. Every folder the project creates for a user is made here."""
+    what = what_is(path)
+    if what != MISSING:
+        return folder_problem(flag, path)
+    _, parent = _missing_above(path)
+    above = what_is(parent)
+    if above != FOLDER:
+        return f"{flag} {path} cannot be made: {parent} is {above}, not a folder; {WRITABLE_PLACE}"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        return _cannot_make(flag, path, error)
     return None
+
+
+def creatable_problem(flag: str, path) -> str | None:
+    """make_folder's answer before any work starts: None when `path` is a folder or can be made, else its one
+    line. A missing folder is made to find out, and the folders made are removed again (only while empty),
+    so nothing is left behind; a folder another process made meanwhile is its own."""
+    if not path or what_is(path) == FOLDER:
+        return None
+    made, _ = _missing_above(path)
+    # Tried twice: the workers of a job may check one new folder at once, and one may remove a parent
+    # that another has just made; a folder another worker made meanwhile is fine.
+    problem = make_folder(flag, path) and make_folder(flag, path)
+    if problem and what_is(path) == FOLDER:
+        problem = None
+    for folder in made:  # the deepest first
+        try:
+            os.rmdir(folder)
+        except OSError:
+            break
+    return problem
 
 
 def exit_if(problem: str | None) -> None:

@@ -157,7 +157,7 @@ def launch_files_task(c, recipe=None, check=False, dry=False):
         folder = launch_folder(name)
         if not dry:
             shutil.rmtree(folder, ignore_errors=True)
-            os.makedirs(folder)
+            host.make_folder("the launch folder", folder)
         for filename, text in launch_files.launch_files(name).items():
             path = os.path.join(folder, filename)
             print(f"{'would write' if dry else 'wrote'} {os.path.relpath(path, host.ROOT)}")

@@ -13,7 +13,7 @@ import sys
 
 from invoke import Exit
 
-from commands import choices, launch
+from commands import choices, containers, launch
 from tf_recipes import atomic, contract, stopping, user_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -153,9 +153,21 @@ def docker_engine_answers(docker: str) -> bool:
     return subprocess.call([docker, "info"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
 
 
-def docker_image_exists(docker: str, image: str) -> bool:
-    return subprocess.call([docker, "image", "inspect", image], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL) == 0
+def local_images(docker: str) -> list[str] | None:
+    """REPOSITORY:TAG of every image the Docker engine holds; None when no engine answers."""
+    try:
+        listed = subprocess.run(containers.build_local_images_command(docker), capture_output=True, text=True)
+    except OSError:
+        return None
+    return listed.stdout.split() if listed.returncode == 0 else None
+
+
+def require_image(docker: str, image: str, makers: dict) -> None:
+    """One line and exit 2, before Docker is called, when `image` is one a task makes (`makers`: image ->
+    the task's command) and it is not on this machine, or when no Docker engine answers."""
+    problem = containers.missing_image_problem(image, local_images(docker), makers)
+    if problem:
+        fail(problem)
 
 
 def local_horovodrun() -> str:
@@ -222,6 +234,25 @@ def execute(argv, env=None, dry=False, leftover=None, cwd=None) -> int:
                 return code
 
 
+def check_creatable(flag: str, path: str | None, dry: bool) -> None:
+    """Before any work starts: one line and exit 2 when the folder `path` (a flag's value) cannot be made
+    (tf_recipes.user_paths.creatable_problem). With --dry only a note, since nothing is made and the
+    commands may be meant for another machine."""
+    problem = path and user_paths.creatable_problem(flag, path)
+    if problem and not dry:
+        fail(problem)
+    if problem:
+        print(f"note: {problem}", file=sys.stderr)
+
+
+def make_folder(flag: str, path: str) -> None:
+    """A folder a task creates, with its parents (tf_recipes.user_paths.make_folder); one line and exit 2 when it
+    cannot be made."""
+    problem = user_paths.make_folder(flag, path)
+    if problem:
+        fail(problem)
+
+
 def write_atomically(path: str, text: str) -> None:
     """`path` holds `text` or what it held before, also after a crash (tf_recipes.atomic)."""
     atomic.write_atomically(path, text)
@@ -234,8 +265,10 @@ def write_or_print(text: str, out: str | None, dry: bool, next_step: str, flag: 
     what = user_paths.what_is(out) if out else user_paths.MISSING
     if out and what not in (user_paths.FILE, user_paths.MISSING):
         fail(f"{flag} {out} is {what}, not a file; give the path of the file to write")
+    named, folder = user_paths.folder_of(flag, out) if out else (flag, None)
+    check_creatable(named, folder, dry)
     if out and not dry:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        make_folder(named, folder)
         write_atomically(out, text)
         print(f"wrote {out}; {next_step}")
     else:

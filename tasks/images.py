@@ -15,6 +15,9 @@ from commands import choices, containers, launch
 from tf_recipes import contract
 from tasks import host
 
+# How a message names the folder SIFs go to: a setting, not a flag.
+SIF_FOLDER = "the SIF folder (setting sif_dir, INVOKE_TF_RECIPES_SIF_DIR)"
+
 
 @task(
     positional=["recipe"],
@@ -49,6 +52,8 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
     if definition and runtime != "apptainer":
         host.fail("--definition builds an Apptainer image; add --runtime apptainer")
     cfg = host.settings(c)
+    if runtime == "apptainer":  # before Docker or Apptainer is called
+        host.check_creatable(SIF_FOLDER, os.path.join(host.ROOT, cfg["sif_dir"]), dry)
     tag = host.image_tag(c, recipe, base, stack)
     base_image = host.base_image(c, stack, base)
     if runtime == "apptainer" and definition:
@@ -58,7 +63,7 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
         host.write_or_print(containers.render_apptainer_definition(base_image, recipe, stack), source, dry,
                             "building the image from it", flag="the definition file")
         if not dry:
-            os.makedirs(cfg["sif_dir"], exist_ok=True)
+            host.make_folder(SIF_FOLDER, cfg["sif_dir"])
         code = host.execute(containers.build_apptainer_build_command(  # %files are relative to the recipe folder
             os.path.abspath(sif), os.path.abspath(source), apptainer=cfg["apptainer"], compression=sif_compression),
             dry=dry, cwd=os.path.join(host.ROOT, "recipes", recipe))
@@ -76,6 +81,8 @@ def build(c, recipe, stack=contract.DEFAULT_STACK, base=None, runtime="docker", 
             labels={}, ca_bundle=host.ca_bundle_from(ca_bundle), docker=docker)
     except ValueError as error:  # a value `docker build` cannot take, such as a CA bundle path with a comma
         host.fail(str(error))
+    if not dry:
+        host.require_image(docker, base_image, image_makers(c))
     library_wheel(recipe, dry)
     code = host.execute(argv, env, dry)
     if code:
@@ -98,7 +105,7 @@ def library_wheel(recipe: str, dry: bool) -> None:
     if dry:
         host.show(*containers.build_library_wheel_command("COPY_OF_THE_LIBRARY", wheels, sys.executable))
         return
-    os.makedirs(wheels, exist_ok=True)
+    host.make_folder("the wheel folder", wheels)
     for name in os.listdir(wheels):
         if name.startswith("tf_recipes-") and name.endswith(".whl"):
             os.remove(os.path.join(wheels, name))
@@ -138,7 +145,7 @@ def sif_from_image(c, image: str, sif: str, compression: str, docker: str, dry: 
         print(f"{shown} is up to date: made from {image} ({stamp['image_id'][:19]}), "
               f"{compression}; nothing to build")
         return
-    os.makedirs(os.path.dirname(sif), exist_ok=True)
+    host.make_folder(SIF_FOLDER, os.path.dirname(sif))
     work = tempfile.mkdtemp(prefix=f".{os.path.basename(sif)}.", dir=os.path.dirname(sif))
     try:
         built = os.path.join(work, "image.sif")
@@ -179,7 +186,7 @@ def read_json(path: str):
 def bootstrap(c, rootfs="build/debian-rootfs", dry=False):
     """Make a Debian bookworm base image with debootstrap, for machines that reach no registry."""
     cfg = host.settings(c)
-    given, rootfs = rootfs, checked_rootfs(rootfs)  # absolute: debootstrap changes directory
+    given, rootfs = rootfs, checked_rootfs(rootfs, dry)  # absolute: debootstrap changes directory
     tarball = rootfs + ".tar"
     if os.path.lexists(tarball):
         host.fail(f"{tarball} exists, and images.bootstrap packs --rootfs {given} there; move it away or "
@@ -205,7 +212,7 @@ def bootstrap(c, rootfs="build/debian-rootfs", dry=False):
             os.rmdir(rootfs)
 
 
-def checked_rootfs(rootfs: str) -> str:
+def checked_rootfs(rootfs: str, dry: bool = False) -> str:
     """--rootfs as an absolute path, once it is a folder this task may fill and later delete: a new
     one, an empty one, or one an earlier run made (it holds ROOTFS_MARKER). Else one line, exit 2."""
     example = "give a new folder, e.g. --rootfs build/debian-rootfs"
@@ -220,6 +227,7 @@ def checked_rootfs(rootfs: str) -> str:
             host.fail(f"--rootfs {rootfs} is {what} ({kept}) or a folder above it; {example}")
     if os.path.lexists(path) and not os.path.isdir(path):
         host.fail(f"--rootfs {rootfs} is a file, not a folder; {example}")
+    host.check_creatable("--rootfs", rootfs, dry)
     try:
         foreign = os.path.isdir(path) and os.listdir(path) and not os.path.isfile(
             os.path.join(path, containers.ROOTFS_MARKER))
@@ -280,6 +288,16 @@ BASE_DOCKERFILES = {
     ("current", "cpu"): ("images/current/Dockerfile", "cpu", {}),
     ("current", "gpu"): ("images/current/Dockerfile", "gpu", {"TENSORFLOW": "tensorflow[and-cuda]"}),
 }
+
+
+def image_makers(c) -> dict:
+    """The images a task here makes (no registry has them), each to the command that makes it: the stacks'
+    bases (BASE_DOCKERFILES) and the Debian base they build on."""
+    makers = {host.base_image(c, stack, kind): f"invoke images.{kind} --stack {stack}"
+              for stack, kind in BASE_DOCKERFILES}
+    return {**makers, host.settings(c)["debian_base"]: "invoke images.bootstrap"}
+
+
 CPU_DOCKERFILES = {stack: dockerfile for (stack, kind), (dockerfile, _, _) in BASE_DOCKERFILES.items() if kind == "cpu"}
 
 
@@ -315,13 +333,16 @@ def build_base_image(c, stack: str, kind: str, base: str, ca_bundle: str | None,
     dockerfile, target, build_args = BASE_DOCKERFILES[stack, kind]
     cfg = host.settings(c)
     tag = host.base_image(c, stack, kind)
+    docker = host.docker_client(c)
     try:
         argv, env = containers.build_docker_build_command(
             dockerfile, ".", tag,
             build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None, **build_args},
             labels={"org.opencontainers.image.revision": host.git_revision(), "org.tf-recipes.stack": stack},
-            ca_bundle=host.ca_bundle_from(ca_bundle), docker=host.docker_client(c), target=target)
+            ca_bundle=host.ca_bundle_from(ca_bundle), docker=docker, target=target)
     except ValueError as error:
         host.fail(str(error))
+    if not dry and base == "debian":
+        host.require_image(docker, cfg["debian_base"], image_makers(c))
     if host.execute(argv, env, dry):
         raise Exit(f"building {tag} failed", code=1)

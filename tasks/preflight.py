@@ -134,7 +134,7 @@ def preflight(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="aut
     if dry:
         host.show(job.argv, job.env)
         return
-    os.makedirs(job.results_dir, exist_ok=True)
+    host.make_folder("--results-dir", job.results_dir)
     code = _execute(job.argv, job.env, seconds + STOP_GRACE, job.results_dir, job.runtime == "local")
     status, message = verdict(job.results_dir, code, job.launcher)
     if status:

@@ -45,9 +45,10 @@ def bench(c, recipe, replicas=None, launchers=EVERY_LAUNCHER, rounds="3", gpus="
         rounds = launch.parse_count("--rounds", rounds)
         train_args = plan.train_args_for(recipe, shlex.split(c.remainder or ""))
         out = os.path.abspath(out or os.path.join(host.ROOT, "results", "bench", f"{recipe}-{host.stamp()}"))
-        problem = user_paths.flags_problem({}, {"--out": out})
+        problem = user_paths.flags_problem({}, {"--out": out}, creatable=False)
         if problem:
             host.fail(problem)
+        host.check_creatable("--out", out, dry)
         runs = plan.plan_runs(recipe, plan.parse_launchers(launchers), counts, rounds, train_args,
                               os.path.join(out, "runs"), gpus=gpus, python=sys.executable,
                               horovodrun=host.local_horovodrun())
@@ -95,9 +96,12 @@ def nightly(c, tier="smoke", only=None, history=None, out=None, matrix="ci/night
     out = os.path.abspath(out or os.path.join(host.ROOT, "results", "nightly", tier))
     problem = (user_paths.file_problem("--matrix", os.path.join(host.ROOT, matrix))
                or (history and user_paths.folder_problem("--history", history))
-               or user_paths.flags_problem({"--history": history}, {"--out": out}))
+               or user_paths.flags_problem({"--history": history}, {"--out": out}, creatable=False))
     if problem:  # the matrix and the history are read, never opened unless files: a FIFO would block the night
         host.fail(problem)
+    if not table:
+        host.check_creatable("--out", out, dry)
+        host.check_creatable("--history", history, dry)
     try:
         loaded = matrix_file.load_matrix(os.path.join(host.ROOT, matrix))
         if table:

@@ -47,11 +47,13 @@ def _check_request(runtime, base, gpus, launcher, host_list, train_args, data_di
                   "Kubernetes (`invoke k8s RECIPE --kind mpijob`, which sets that up) or --runtime local")
 
 
-def _check_results_dir(results_dir: str, data_dir: str | None) -> None:
-    """--results-dir must be a folder (or nothing yet), and neither the data folder, nor in it, nor around it."""
-    problem = user_paths.flags_problem({"--data-dir": data_dir}, {"--results-dir": results_dir})
+def _check_results_dir(results_dir: str, data_dir: str | None, dry: bool) -> None:
+    """--results-dir must be a folder (or nothing yet), and neither the data folder, nor in it, nor around it; and
+    one that can be made (with --dry a note: the run may be meant for another machine, as for --data-dir)."""
+    problem = user_paths.flags_problem({"--data-dir": data_dir}, {"--results-dir": results_dir}, creatable=False)
     if problem:
         host.fail(problem)
+    host.check_creatable("--results-dir", results_dir, dry)
 
 
 def _stack(stack: str, runtime: str, launcher: str) -> str:
@@ -89,8 +91,8 @@ def _in_runtime(c, plan, *, recipe, runtime, stack, base, image, gpus, data_dir,
     faults = {name: os.environ[name] for name in test_hooks.FAULT_ENVS if os.environ.get(name)}
     if runtime == "docker":
         image = image or host.image_tag(c, recipe, base, stack)
-        if not dry and not host.docker_image_exists(docker, image):
-            host.fail(f"image {image} is not built; run `invoke build {recipe} --stack {stack} --base {base}` first")
+        if not dry:
+            host.require_image(docker, image, {image: f"invoke build {recipe} --stack {stack} --base {base}"})
         return containers.build_docker_run_command(
             image, plan.argv, gpus=gpus, env=env, forward_env=sorted(faults), data_dir=data_dir,
             results_dir=results_dir, user=f"{os.getuid()}:{os.getgid()}", profile=nsys,
@@ -144,7 +146,7 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
             recipe, f"{task_name}-{launcher}" if module else launcher, host.stamp())))
         host_list = [name for name in (hosts or "").split(",") if name]
         _check_request(runtime, base, gpus, launcher, host_list, train_args, data_dir, nsys, dry)
-        _check_results_dir(given_results_dir or results_dir, data_dir)
+        _check_results_dir(given_results_dir or results_dir, data_dir, dry)
         data_dir = os.path.abspath(data_dir) if data_dir else None
         inside = runtime != "local"
         train_args += ["--results-dir", containers.CONTAINER_RESULTS_DIR if inside else results_dir]
@@ -208,7 +210,7 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
                       port_base=port_base, stack=stack, nsys=nsys, dry=dry)
     argv, env, results_dir, launcher, runtime = job.argv, job.env, job.results_dir, job.launcher, job.runtime
     if not dry:
-        os.makedirs(results_dir, exist_ok=True)  # made by the caller, so it is the caller's
+        host.make_folder("--results-dir", results_dir)  # made by the caller, so it is the caller's
     started = time.time()
     # A killed docker client leaves its container running: the container this run named goes with it.
     leftover = [argv[0], "rm", "-f", argv[argv.index("--name") + 1]] if runtime == "docker" else None

@@ -29,7 +29,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import train as mnist  # noqa: E402
-from tf_recipes import training  # noqa: E402
+from tf_recipes import training, user_paths  # noqa: E402
 from tf_recipes.data import InputShard  # noqa: E402
 from tf_recipes.launchers import create_launcher  # noqa: E402
 
@@ -88,6 +88,7 @@ def main():
     parser.add_argument("--loops", default="1,10", help="--steps-per-loop values of the recipe's loop to time")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    user_paths.exit_if(user_paths.flags_problem({}, files={"--json": args.json}))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     launcher = create_launcher("single")
     images, labels, _, _ = mnist.synthetic_mnist(42, train=max(args.steps * args.batch_size, 1000), test=10)
@@ -111,6 +112,7 @@ def main():
     for name in names:
         print(f"| {name} | {medians[name]:,.1f} | {statistics.median(ratios[name]):.3f}x | {min(ratios[name]):.3f}x |")
     if args.json:
+        user_paths.exit_if(user_paths.make_folder(*user_paths.folder_of("--json", args.json)))
         with open(args.json, "w") as handle:
             json.dump({"date": started, "batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup,
                        "rounds": rates, "medians": medians, "ratios": ratios,

@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tf_recipes import export  # noqa: E402
+from tf_recipes import export, user_paths  # noqa: E402
 from tf_recipes.contract import (EXIT_USER_ERROR, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,  # noqa: E402
                              EXPORT_SIGNATURE, FINAL_WEIGHTS_FILE, RESULTS_FILE)
 
@@ -119,10 +119,12 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="also write the report here")
     args = parser.parse_args(argv)
+    user_paths.exit_if(user_paths.flags_problem({"--results": args.results}, files={"--json": args.json}))
     report = measure(args)
     text = json.dumps(report, indent=1)
     print(text)
     if args.json:
+        user_paths.exit_if(user_paths.make_folder(*user_paths.folder_of("--json", args.json)))
         with open(args.json, "w") as handle:
             handle.write(text + "\n")
     return report

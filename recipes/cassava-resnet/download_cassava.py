@@ -12,15 +12,16 @@ import sys
 
 from tf_recipes import user_paths  # noqa: E402
 from tf_recipes.data import DataError  # noqa: E402
-from input_pipeline import cassava_builder  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="TFDS data dir to prepare cassava in")
     args = parser.parse_args()
-    user_paths.exit_if(user_paths.folder_problem("--data-dir", args.data_dir))
+    user_paths.exit_if(user_paths.flags_problem({}, {"--data-dir": args.data_dir}))
     os.makedirs(args.data_dir, exist_ok=True)
+    from input_pipeline import cassava_builder  # loads TensorFlow and TFDS: after the checks
+
     try:
         builder = cassava_builder(args.data_dir)
     except DataError as error:

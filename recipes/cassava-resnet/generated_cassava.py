@@ -21,7 +21,9 @@ import shutil
 import tempfile
 
 import numpy as np
-import tensorflow as tf
+
+from tf_recipes import user_paths
+from tf_recipes.cli import non_negative_int, positive_int
 
 LABELS = ("cbb", "cbsd", "cgm", "cmd", "healthy")
 PHOTO_SIZES = ((500, 375), (640, 480), (800, 600), (600, 800), (375, 500))  # width, height
@@ -30,6 +32,8 @@ HUES = np.array([[90, 140, 40], [150, 160, 50], [60, 110, 60], [170, 150, 90], [
 
 def leaf_photo(rng: np.random.Generator, label: int, width: int, height: int) -> np.ndarray:
     """An RGB uint8 image: a class-coloured gradient, blotches and fine noise (JPEG-realistic)."""
+    import tensorflow as tf  # here, not at the top: main() checks its flags before TensorFlow loads
+
     coarse = rng.normal(0, 40, (1, max(height // 32, 2), max(width // 32, 2), 3)).astype(np.float32)
     coarse = tf.image.resize(coarse, (height, width), method="bicubic")[0].numpy()
     rows = np.linspace(-1, 1, height, dtype=np.float32)[:, None, None]
@@ -39,6 +43,8 @@ def leaf_photo(rng: np.random.Generator, label: int, width: int, height: int) ->
 
 def write_jpegs(source: pathlib.Path, counts: dict, sizes, seed: int, quality: int) -> None:
     """The layout the cassava builder reads: cassavaleafdata/SPLIT/LABEL/SPLIT-LABEL-N.jpg."""
+    import tensorflow as tf
+
     rng = np.random.default_rng(seed)
     for split, count in counts.items():
         for index in range(count):
@@ -82,13 +88,16 @@ def write_prepared_cassava(data_dir, train: int = 64, validation: int = 16, test
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("data_dir", help="TFDS data dir to write DATA_DIR/cassava/0.1.0 into")
-    parser.add_argument("--train", type=int, default=64)
-    parser.add_argument("--validation", type=int, default=16)
-    parser.add_argument("--test", type=int, default=16)
-    parser.add_argument("--size", type=int, nargs=2, metavar=("WIDTH", "HEIGHT"), default=None,
+    parser.add_argument("--train", type=non_negative_int, default=64)
+    parser.add_argument("--validation", type=non_negative_int, default=16)
+    parser.add_argument("--test", type=non_negative_int, default=16)
+    parser.add_argument("--size", type=positive_int, nargs=2, metavar=("WIDTH", "HEIGHT"), default=None,
                         help="one size for every photo (default: the real photos' range of sizes)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
     args = parser.parse_args()
+    if not args.train + args.validation + args.test:
+        parser.error("--train, --validation and --test are all 0; give at least one photo")
+    user_paths.exit_if(user_paths.flags_problem({}, {"DATA_DIR": args.data_dir}))
     sizes = [tuple(args.size)] if args.size else PHOTO_SIZES
     print(write_prepared_cassava(args.data_dir, args.train, args.validation, args.test, sizes, args.seed))
 

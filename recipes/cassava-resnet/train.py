@@ -27,6 +27,11 @@ RECIPE = "cassava-resnet"
 # ## Command line
 # Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
 
+def cache_root(args):
+    return args.cache_dir or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tf-recipes", RECIPE)
+
+
 def parse_args(argv=None):
     parser = cli.training_parser(__doc__.split("\n")[0], batch_size=32, epochs=15, lr=1e-4)
     # A fine-tuning recipe meant for several GPUs: the learning rate grows with the global batch
@@ -43,6 +48,9 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.image_size < 32:
         parser.error(f"--image-size {args.image_size} is below ResNet50's minimum of 32")
+    if not (args.synthetic or args.cache_dir):  # made on first use; the parser checked a --cache-dir given
+        user_paths.exit_if(user_paths.creatable_problem("the decode cache (the default of --cache-dir)",
+                                                        cache_root(args)))
     return args
 
 
@@ -81,10 +89,6 @@ def load_train_split(args, launcher):
                                         log=lambda message: print(message, flush=True))  # every pipeline
     return builder, arrays
 
-
-def cache_root(args):
-    return args.cache_dir or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tf-recipes", RECIPE)
 
 
 def make_eval_dataset(builder, args, launcher):

@@ -23,6 +23,7 @@ from PIL import Image
 
 import labels
 import layout
+from tf_recipes import user_paths
 
 CITIES = {"train": ("aachen", "bochum", "cologne"), "val": ("frankfurt", "lindau", "munster")}
 # Roughly the Cityscapes colour of each category, so the fixture looks like a street when viewed.
@@ -141,8 +142,7 @@ def main(argv=None) -> int:
     if args.train < 0 or args.val < 0 or args.train + args.val == 0:
         parser.error("--train and --val must be >= 0 and not both 0")
     out = pathlib.Path(args.out)
-    if out.exists() and not out.is_dir():
-        parser.error(f"--out {out} is not a folder; give a folder (created if missing)")
+    user_paths.exit_if(user_paths.flags_problem({}, {"--out": args.out}))
     existing = [name for name in (layout.IMAGE_DIR, layout.LABEL_DIR, layout.IMAGE_ZIP, layout.LABEL_ZIP)
                 if (out / name).exists()]
     if existing:

@@ -132,3 +132,11 @@ def test_the_process_starter_refuses_a_port_base_without_room_for_the_workers(po
         spawn.main(["--nproc", "2", "--hosts", "n1,n2", "--port-base", port, "--", "true"])
     assert stop.value.code == 2
     assert_one_error_line(capsys.readouterr().err, "--port-base", port)
+
+
+def test_the_process_starter_refuses_a_negative_gpu_count(capsys):
+    from tf_recipes import spawn
+    with pytest.raises(SystemExit) as stop:
+        spawn.main(["--nproc", "1", "--gpus-per-worker", "-1", "--", "true"])
+    assert stop.value.code == 2
+    assert_one_error_line(capsys.readouterr().err, "--gpus-per-worker", "-1")

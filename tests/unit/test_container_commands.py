@@ -18,6 +18,7 @@ from commands.containers import (
     build_rootfs_tar_command,
     build_sif_from_image_commands,
     docker_gpus_value,
+    missing_image_problem,
     render_apptainer_definition,
 )
 
@@ -344,3 +345,22 @@ def test_apptainer_exec_gpus(gpus, visible):
 def test_apptainer_exec_rejects_relative_binds():
     with pytest.raises(ValueError, match="--results-dir"):
         build_apptainer_exec_command("m.sif", [], gpus=0, env={}, results_dir="results")
+
+
+# --- images another task makes -------------------------------------------------------------------
+
+MAKERS = {"tf-recipes/gpu-base:current": "invoke images.gpu --stack current",
+          "tf-recipes/debian": "invoke images.bootstrap"}
+
+
+@pytest.mark.parametrize("image,local,expected", [
+    ("tf-recipes/gpu-base:current", [], "image tf-recipes/gpu-base:current is not built; run `invoke images.gpu "
+                                        "--stack current` first"),
+    ("tf-recipes/gpu-base:current", ["tf-recipes/gpu-base:current"], None),
+    ("tf-recipes/debian", ["tf-recipes/debian:latest"], None),  # no tag: docker's :latest
+    ("nvcr.io/nvidia/tensorflow:25.02-tf2-py3", [], None),  # no task makes it: docker pulls it
+    ("nvcr.io/nvidia/tensorflow:25.02-tf2-py3", None, "no Docker engine answers"),
+])
+def test_a_missing_image_that_a_task_makes_names_that_task(image, local, expected):
+    problem = missing_image_problem(image, local, MAKERS)
+    assert problem == expected if expected is None or expected.startswith("image ") else expected in problem

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from error_checks import assert_one_error_line
 from helpers import REPO, run_invoke
 
 
@@ -119,6 +120,29 @@ def test_build_from_a_definition_writes_it_and_needs_apptainer(tmp_path):
     assert f"no-apptainer-here build {tmp_path}/mnist-cnn_cpu.sif {tmp_path}/mnist-cnn_cpu.def" in process.stdout
     refused = run_invoke("build", "mnist-cnn", "--definition", "--dry")
     assert refused.returncode == 2 and "add --runtime apptainer" in refused.stderr
+
+
+# A docker client whose engine holds no image: `docker image ls` lists nothing; anything else would build or run.
+EMPTY_DOCKER = """#!/bin/sh
+[ "$1 $2" = "image ls" ] && exit 0
+echo "docker $* was called" >&2
+exit 1
+"""
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["build", "mnist-cnn", "--stack", "current"], "tf-recipes/gpu-base:current is not built; run `invoke images.gpu"),
+    (["build", "mnist-cnn", "--base", "cpu"], "tf-recipes/cpu-base:latest is not built; run `invoke images.cpu"),
+    (["images.gpu"], "tf-recipes/debian:bookworm is not built; run `invoke images.bootstrap` first"),
+    (["images.cpu", "--stack", "current"], "tf-recipes/debian:bookworm is not built; run `invoke images.bootstrap`"),
+], ids=["build-current-gpu", "build-cpu", "images-gpu", "images-cpu"])
+def test_a_missing_base_image_names_the_task_that_makes_it_before_docker_builds(tmp_path, args, needle):
+    docker = tmp_path / "docker"
+    docker.write_text(EMPTY_DOCKER)
+    docker.chmod(0o755)
+    process = run_invoke(*args, env={"INVOKE_TF_RECIPES_DOCKER": str(docker)}, timeout=120)
+    assert_one_error_line(process, needle)
+    assert "was called" not in process.stderr
 
 
 # A stand-in for a training job (or a `docker run` client, which passes the signal to its container):

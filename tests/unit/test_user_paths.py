@@ -85,7 +85,9 @@ def test_invoke_run_refuses_a_results_dir_on_the_data(tmp_path, where):
 @pytest.mark.parametrize("flags,needle", [
     (["--data-dir", "{data}", "--results-dir", "{data}/run"], "--results-dir {data}/run lies inside --data-dir"),
     (["--data-dir", "{data}/photos.txt"], "--data-dir {data}/photos.txt is a file, not a folder"),
-], ids=["results-in-data", "data-is-a-file"])
+    (["--results-dir", "{data}/photos.txt/run"],
+     "--results-dir {data}/photos.txt/run cannot be made: {data}/photos.txt is a file"),
+], ids=["results-in-data", "data-is-a-file", "results-under-a-file"])
 def test_a_train_script_refuses_folder_flags_before_it_loads_tensorflow(tmp_path, flags, needle):
     data = tmp_path / "data"
     data.mkdir()
@@ -103,6 +105,13 @@ def test_the_cache_of_cassava_stays_out_of_the_data(tmp_path):
     assert f"--cache-dir {tmp_path}/cache lies inside --data-dir {tmp_path}" in cli.folder_flags_problem(args)
 
 
+def test_cassava_refuses_a_default_cache_that_cannot_be_made_before_it_loads_tensorflow(tmp_path):
+    process = run_python("recipes/cassava-resnet/train.py", "--data-dir", str(tmp_path), "--weights", "none",
+                         timeout=120, env={"XDG_CACHE_HOME": "/proc/none"})
+    assert_one_error_line(process, "the decode cache (the default of --cache-dir) /proc/none/tf-recipes/cassava-resnet "
+                                   "cannot be made")
+
+
 def test_predict_refuses_an_out_inside_the_model_before_loading_it(tmp_path):
     from tf_recipes import predicting
 
@@ -115,6 +124,60 @@ def test_predict_refuses_an_out_inside_the_model_before_loading_it(tmp_path):
     with pytest.raises(predicting.PredictError, match=r"--out \S+/export/1/preds lies inside --model \S+/export"):
         predicting.run(args, "classification")
     assert sorted(os.listdir(version)) == ["saved_model.pb"]
+
+
+# -- folders the project creates for a user: made with their parents, or one line before any work -------
+
+# A folder that cannot be made, even by root: /proc takes no new folder.
+UNMAKEABLE = "/proc/none/r"
+
+
+@pytest.mark.parametrize("where", ["under-proc", "under-a-file"])
+def test_invoke_run_says_in_one_line_that_the_results_folder_cannot_be_made(tmp_path, where):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    results = {"under-proc": UNMAKEABLE, "under-a-file": f"{tmp_path}/notes.txt/r"}[where]
+    process = run_invoke("run", "mnist-cnn", "--gpus", "0", "--runtime", "local", "--results-dir", results, "--",
+                         "--synthetic", "--max-steps", "2", timeout=120)
+    assert_one_error_line(process, f"--results-dir {results} cannot be made")
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_dry_run_notes_a_results_folder_that_cannot_be_made_here():
+    """--dry makes nothing, and its commands may be meant for another machine: a note, not a refusal."""
+    process = run_invoke("run", "mnist-cnn", "--runtime", "local", "--results-dir", UNMAKEABLE, "--dry", timeout=120)
+    assert process.returncode == 0, process.stderr
+    assert f"note: --results-dir {UNMAKEABLE} cannot be made" in process.stderr
+
+
+def test_a_folder_that_can_be_made_is_checked_without_leaving_it_behind(tmp_path):
+    from tf_recipes import user_paths
+
+    assert user_paths.creatable_problem("--results-dir", str(tmp_path / "a" / "b")) is None
+    assert os.listdir(tmp_path) == []
+    assert user_paths.make_folder("--results-dir", str(tmp_path / "a" / "b")) is None
+    assert (tmp_path / "a" / "b").is_dir()
+
+
+@pytest.mark.parametrize("command", [
+    ["-m", "tf_recipes.preflight", "--results-dir", UNMAKEABLE],
+    ["recipes/mnist-cnn/predict.py", "--model", "{tmp}/export", "--input", "{tmp}/photo.png", "--out", UNMAKEABLE],
+    ["recipes/cityscapes-unet/make_fixture.py", "--out", UNMAKEABLE],
+    ["recipes/cassava-resnet/download_cassava.py", "--data-dir", UNMAKEABLE],
+    ["recipes/cassava-resnet/generated_cassava.py", UNMAKEABLE],
+], ids=["preflight", "predict", "make-fixture", "download-cassava", "generated-cassava"])
+def test_a_library_command_or_script_says_its_output_folder_cannot_be_made(tmp_path, command):
+    (tmp_path / "photo.png").write_bytes(b"\x89PNG")
+    process = run_python(*(arg.format(tmp=tmp_path) for arg in command), timeout=120)
+    assert_one_error_line(process, f"{UNMAKEABLE} cannot be made")
+
+
+@pytest.mark.parametrize("args", [
+    ["sbatch", "mnist-cnn", "--out", f"{UNMAKEABLE}/job.sbatch"],
+    ["images.bootstrap", "--rootfs", UNMAKEABLE],
+    ["bench", "mnist-cnn", "--out", UNMAKEABLE],
+], ids=["sbatch-out", "bootstrap-rootfs", "bench-out"])
+def test_a_task_says_its_output_folder_cannot_be_made_before_it_starts(args):
+    assert_one_error_line(run_invoke(*args, timeout=120), f"{UNMAKEABLE} cannot be made")
 
 
 @pytest.mark.parametrize("task", ["sbatch", "k8s"])
@@ -219,6 +282,20 @@ def test_an_image_name_docker_would_refuse_is_one_line():
 def test_tools_spawn_refuses_a_host_name_tf_config_cannot_hold():
     process = run_python("-m", "tf_recipes.spawn", "--nproc", "1", "--hosts", "node1:4", "--", "true", timeout=60)
     assert process.returncode == 2 and "--hosts: 'node1:4' is not a host name" in process.stderr, process.stderr
+
+
+@pytest.mark.parametrize("program", ["/nonexistent/python", "no-such-program", "/etc/hostname"])  # the last: no program
+def test_spawn_names_a_worker_command_that_cannot_start_in_one_line(program):
+    process = run_python("-m", "tf_recipes.spawn", "--nproc", "2", "--", program, "x.py", timeout=60)
+    assert_one_error_line(process, f"the worker command {program} ")
+
+
+def test_the_constraints_command_answers_in_one_line_and_has_help():
+    assert_one_error_line(run_python("-m", "tf_recipes.constraints", "ngc-2502", timeout=60), "'ngc-2502'",
+                          "ngc-25.02")
+    assert_one_error_line(run_python("-m", "tf_recipes.constraints", timeout=60), "give one stack")
+    helped = run_python("-m", "tf_recipes.constraints", "--help", timeout=60)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m tf_recipes.constraints STACK")
 
 
 @pytest.mark.parametrize("hosts", ["node1:4,node2", "node1,node 2"])
