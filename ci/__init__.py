@@ -12,8 +12,10 @@
 - `runner-preflight.sh`: what a self-hosted GPU runner needs, checked first by the nightly gpu job.
 - `ci.nightly`: the nightly container CI (`invoke nightly`): the matrix, its planning, the runner, the
   report and the issue filer.
-- `ci.bench`: the benchmarks (`invoke bench`, the host-overhead benchmark); their kept reports are in
-  docs/bench/.
+- `ci.bench`: the benchmarks (`invoke bench`, the host-overhead benchmark, the time to accuracy); their
+  kept reports are in docs/bench/.
+- `results.py`: the recipes' README Results sections (`invoke results`), from the kept runs in
+  docs/results/.
 
 Unlike commands/, these run processes and write files; the pure parts are named (`matrix`, `plan`,
 `report`'s renderers) and unit-tested on their own.

@@ -183,7 +183,7 @@ def _strings_and_comments(text: str) -> list[tuple[int, int]]:
 # Every recipe README's `## ` sections, in this order (tests/unit/test_recipe_readmes.py holds each
 # recipe to it); anything else is a `### ` subsection of one of them.
 README_SECTIONS = ("Overview", "Feature matrix", "Quick start", "Your own data", "Flags", "What makes it distributed",
-                   "Performance", "Tests")
+                   "Results", "Performance", "Tests")
 
 
 def readme(name: str, source: str, title: str, labels: list[tuple[str, str]] = ()) -> str:
@@ -236,6 +236,11 @@ Every line of this folder that exists only because there is more than one replic
 
 {labels_list(labels)}
 What happens inside the library: [the library's launcher API](../../docs/library.md#launchers).
+
+## Results
+
+Not measured yet: what it reaches on its held-out data, and how soon. `--eval-every N` records the learning
+curve in `results.json` and TensorBoard, and `--target METRIC=VALUE` the time to a quality target.
 
 ## Performance
 

@@ -124,7 +124,7 @@ def add_precision_flags(group) -> None:
                             "float16 or bfloat16 force that type anywhere (float16 on the CPU runs the GPU's "
                             "loss-scaled path, slowly); without --amp everything is float32")
     group.add_argument("--no-amp", dest="amp", action="store_const", const=None,
-                       help="everything in float32, where a recipe's default is --amp")
+                       help="everything in float32 (undoes an --amp given earlier on the command line)")
     group.add_argument("--loss-scale-initial", type=loss_scale, default=LOSS_SCALE_INITIAL, metavar="SCALE",
                        help="float16 only: the first loss scale; every step whose gradients overflow is skipped "
                             f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from tf_recipes.contract import FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, DesyncError, DiskFullError
 from tf_recipes.launchers import Launcher, replica_copies
-from tf_recipes.results import check_in_sync, throughput, versions, write_json
+from tf_recipes.results import check_in_sync, machine, throughput, versions, write_json
 
 
 def log(launcher: Launcher, message: str) -> None:
@@ -220,6 +220,8 @@ def results_record(run, extra: dict | None = None, command: list[str] | None = N
         "target": str(run.target) if run.target else None,
         "time_to_target": run.curve.target_reached and run.curve.target_reached["seconds"],
         "target_step": run.curve.target_reached and run.curve.target_reached["step"],
+        "wall_seconds": run.curve.seconds(),  # since the process started (and, on a resume, the earlier attempts)
+        "machine": machine(),
         "versions": versions(),
         "command": sys.argv if command is None else command,
         **(extra or {}),

@@ -55,6 +55,22 @@ def versions() -> dict:
             "keras": keras.__version__, "horovod": horovod_version}
 
 
+def machine() -> dict:
+    """What ran it: the CPU's model, its cores, the GPUs TensorFlow sees, and the load average at the end
+    (other work on a shared machine slows a run down)."""
+    import tensorflow as tf
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpus": len(tf.config.list_physical_devices("GPU")),
+            "load_average": load and [round(value, 2) for value in load]}
+
+
 def write_json(path: str, data: dict) -> None:
     """Write atomically and durably: a reader sees the old file or the whole new one, never half of
     it, also after a crash."""

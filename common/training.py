@@ -43,6 +43,9 @@ class Task:
     loss_fn: Callable  # (y_true, y_pred) -> per-example loss, shape [batch]
     metric_sums: Callable = lambda y_true, y_pred: {}  # -> {name: sum over the batch}
     summarize: Callable = lambda sums: {}  # {name: total} (with "examples") -> {metric: value}
+    # Evaluation only: the sums that `summarize` turns into the best constant prediction's figure on
+    # the held-out set (the baseline a metric means something against)
+    baseline_sums: Callable = lambda y_true, y_pred: {}
 
 
 def classification_task() -> Task:
@@ -51,8 +54,17 @@ def classification_task() -> Task:
         predicted = tf.cast(tf.argmax(y_pred, axis=-1), y_true.dtype)
         return {"correct": tf.reduce_sum(tf.cast(tf.equal(predicted, y_true), tf.float32))}
 
-    return Task(loss_fn=keras.losses.sparse_categorical_crossentropy, metric_sums=correct,
-                summarize=lambda sums: {"accuracy": float(sums["correct"] / sums["examples"])})
+    def class_counts(y_true, y_pred):
+        return {"class_counts": tf.reduce_sum(tf.one_hot(tf.cast(y_true, tf.int32), y_pred.shape[-1]), axis=0)}
+
+    def summarize(sums):
+        metrics = {"accuracy": float(sums["correct"] / sums["examples"])}
+        if "class_counts" in sums:  # the majority class's accuracy: what predicting one class everywhere scores
+            metrics["majority_accuracy"] = float(np.max(sums["class_counts"]) / sums["examples"])
+        return metrics
+
+    return Task(loss_fn=keras.losses.sparse_categorical_crossentropy, metric_sums=correct, summarize=summarize,
+                baseline_sums=class_counts)
 
 
 def configure_precision(amp: str | None) -> str:
@@ -444,7 +456,8 @@ class Trainer:
             @tf.function
             def eval_step(x, y):
                 y_pred = model(x, training=False)
-                sums = {k: tf.cast(v, tf.float32) for k, v in task.metric_sums(y, y_pred).items()}
+                sums = {k: tf.cast(v, tf.float32)
+                        for k, v in {**task.metric_sums(y, y_pred), **task.baseline_sums(y, y_pred)}.items()}
                 sums["loss"] = tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32))
                 sums["examples"] = tf.cast(tf.shape(y)[0], tf.float32)
                 return sums

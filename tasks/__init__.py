@@ -4,7 +4,7 @@ a cluster; prove them (nightly) and measure them (bench). One module per topic:
     tasks/run.py       invoke run RECIPE                 train under a launcher, locally or in a container
     tasks/images.py    invoke build RECIPE, images.*     the recipe images and their base images
     tasks/clusters.py  invoke sbatch | k8s | launch-files  SLURM scripts, Kubernetes manifests, launch/ files
-    tasks/proving.py   invoke nightly | bench            the nightly container CI and the benchmarks
+    tasks/proving.py   invoke nightly | bench | results  the nightly container CI, the benchmarks, README Results
     tasks/starting.py  invoke new NAME --from RECIPE     a recipe of your own, started from one of these
     tasks/preflight.py invoke preflight RECIPE           check a cluster in seconds: ranks, versions, all-reduce
     tasks/predicting.py invoke predict RECIPE --model EXPORT --input FILE|FOLDER --out DIR   use a trained model
@@ -33,7 +33,7 @@ from tasks import clusters, images, predicting, preflight, proving, starting  # 
 from tasks.host import DEFAULTS  # noqa: E402
 from tasks.run import run  # noqa: E402
 
-namespace = Collection(run, images.build, clusters.sbatch, proving.bench, proving.nightly,
+namespace = Collection(run, images.build, clusters.sbatch, proving.bench, proving.nightly, proving.results,
                        Collection("images", images.bootstrap, images.cpu, images.gpu))
 namespace.add_task(clusters.k8s_manifests, name="k8s")
 namespace.add_task(clusters.launch_files_task, name="launch-files")

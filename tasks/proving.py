@@ -1,5 +1,6 @@
-"""`invoke nightly` and `invoke bench`: how the recipes are proven. The work is in ci/nightly and
-ci/bench; these tasks parse the flags and hand over the settings `invoke run` uses."""
+"""`invoke nightly`, `invoke bench` and `invoke results`: how the recipes are proven. The work is in
+ci/nightly, ci/bench and ci/results.py; these tasks parse the flags and hand over the settings `invoke run`
+uses."""
 from __future__ import annotations
 
 import datetime
@@ -10,7 +11,7 @@ import sys
 from invoke import Exit, task
 
 from commands import launch
-from tf_recipes import user_paths
+from tf_recipes import contract, user_paths
 from tf_recipes.contract import LAUNCHERS
 from tasks import host
 
@@ -118,3 +119,45 @@ def nightly(c, tier="smoke", only=None, history=None, out=None, matrix="ci/night
         host.fail(str(error))
     if code:
         raise Exit(f"the night is red; see {os.path.join(out, 'summary.md')}", code=code)
+
+
+@task(
+    auto_shortflags=False,
+    help={
+        "recipe": "recipe folder name under recipes/ (mnist-cnn, cityscapes-unet, cassava-resnet)",
+        "data-dir": "the data of the recipe's documented run (its README's Results section says which)",
+        "from": "a results folder of that run, already made: keep its results.json, train nothing",
+        "dry": "print the training command, run nothing",
+    },
+)
+def results(c, recipe, data_dir=None, from_=None, dry=False):
+    """Train RECIPE's documented run, keep its results.json and curve in docs/results/RECIPE, and write the
+    Results section of its README (the table and the learning curve)."""
+    from ci import results as kept
+
+    host.check_recipe(recipe, "results")
+    if recipe not in kept.RECIPES:
+        host.fail(f"{recipe} has no documented results run (ci/results.py RECIPES: {', '.join(kept.RECIPES)})")
+    if not from_:
+        if not data_dir:
+            host.fail(f"invoke results {recipe}: give --data-dir (the data of its documented run) or --from "
+                      "(a results folder of that run)")
+        problem = user_paths.folder_problem("--data-dir", data_dir)
+        if problem:
+            host.fail(problem)
+        from_ = os.path.join(host.ROOT, "results", "results", f"{recipe}-{host.stamp()}")
+        argv = [sys.executable, "-m", "invoke", "run", recipe,
+                *[os.path.abspath(data_dir) if arg == "DIR" else arg for arg in kept.RECIPES[recipe]["run"]]]
+        argv[argv.index("--data-dir") + 2:argv.index("--data-dir") + 2] = ["--results-dir", from_]
+        status = host.execute(argv, dry=dry)
+        if dry:
+            print(f"would keep {from_}/results.json in docs/results/{recipe} and write recipes/{recipe}/README.md's "
+                  "Results section")
+            return
+        if status not in (0, contract.EXIT_TARGET_MISSED):
+            raise Exit(f"invoke results {recipe}: the run failed with status {status}", code=status)
+    try:
+        readme = kept.keep(recipe, from_)
+    except kept.ResultsError as error:
+        host.fail(str(error))
+    print(f"kept docs/results/{recipe}/results.json and curve.png; wrote the Results section of {readme}")

@@ -62,10 +62,31 @@ def iou_sums(y_true, y_pred):
             "union": tf.reduce_sum(tf.cast(truth | guess, tf.float32), axis=axes)}
 
 
+def truth_sums(y_true, y_pred):
+    """Per-category pixel counts of the truth (evaluation only: the constant prediction's baseline)."""
+    classes = tf.range(y_pred.shape[-1])
+    return {"truth_pixels": tf.reduce_sum(tf.cast(tf.equal(y_true[..., None], classes), tf.float32), axis=[0, 1, 2])}
+
+
+def constant_mean_iou(truth_pixels) -> float:
+    """The best mean IoU of one category predicted everywhere: category c scores IoU share(c) and every
+    other category in the truth 0, averaged over the categories present."""
+    truth_pixels = truth_pixels.astype("float64")
+    total, present = truth_pixels.sum(), truth_pixels > 0
+    if total == 0:
+        return 0.0
+    return max(float(truth_pixels[c] / total / (present.sum() + (not present[c])))
+               for c in range(len(truth_pixels)))
+
+
 def mean_iou(sums) -> dict:
-    """Mean IoU over the categories that occur (in truth or prediction), and per-category IoU."""
+    """Mean IoU over the categories that occur (in truth or prediction), and per-category IoU; with the
+    truth's pixel counts (an evaluation), the best constant prediction's mean IoU beside it."""
     intersection, union = sums["intersection"], sums["union"]
     present = union > 0
     per_category = [float(i / u) if u > 0 else None for i, u in zip(intersection, union, strict=True)]
-    return {"mean_iou": float((intersection[present] / union[present]).mean()) if present.any() else 0.0,
-            "iou_per_category": per_category}
+    metrics = {"mean_iou": float((intersection[present] / union[present]).mean()) if present.any() else 0.0,
+               "iou_per_category": per_category}
+    if "truth_pixels" in sums:
+        metrics["constant_mean_iou"] = constant_mean_iou(sums["truth_pixels"])
+    return metrics

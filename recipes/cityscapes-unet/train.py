@@ -107,7 +107,7 @@ from tf_recipes import export, training  # noqa: E402
 from tf_recipes.data import DataError  # noqa: E402
 from tf_recipes.launchers import create_launcher  # noqa: E402
 from labels import CATEGORY_COLOURS, CATEGORY_NAMES, NUM_CATEGORIES  # noqa: E402
-from model import build_unet, cross_entropy_dice, iou_sums, mean_iou  # noqa: E402
+from model import build_unet, cross_entropy_dice, iou_sums, mean_iou, truth_sums  # noqa: E402
 
 
 # ## Data
@@ -152,7 +152,7 @@ def build_model(args, num_classes):
     return build_unet(args.filters, args.depth, args.dropout, args.batch_norm, num_classes=num_classes)
 
 
-TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou)
+TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou, baseline_sums=truth_sums)
 
 
 # ## Training

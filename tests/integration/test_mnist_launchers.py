@@ -83,10 +83,10 @@ def test_several_steps_per_call_train_the_same_model_as_one(acceptance_runs, lau
 # The negative controls below prove that this tolerance catches real mistakes: a replica that
 # stepped on its own half batch only, and (SGD) gradients summed instead of averaged (= 2x the rate).
 # --log-every 5 with the default --steps-per-loop 10: each compiled call runs 5 steps.
-# float32 and a constant rate (not the recipe's bfloat16 and warm-up): the tolerance below is float32's, and
-# the negative controls need a rate that moves the weights from the first step.
+# A constant rate (not the recipe's warm-up): the negative controls need a rate that moves the weights
+# from the first step.
 PARITY_ARGS = ["--synthetic", "--max-steps", "20", "--no-dropout", "--log-every", "5", "--warmup-steps", "0",
-               "--no-amp", "--lr-schedule", "constant"]
+               "--lr-schedule", "constant"]
 OPTIMIZERS = {"sgd": ["--optimizer", "sgd", "--lr", "0.01"], "adam": ["--optimizer", "adam", "--lr", "0.001"]}
 LOSS_RTOL = 1e-3
 WEIGHT_ATOL = 1e-3

@@ -35,9 +35,7 @@ def test_each_policy_names_the_flags_that_ask_for_it_anywhere():
 def test_a_recipe_parses_the_precision_flags(recipe):
     parse = recipe_parser(recipe)
     defaults = parse([])
-    # mnist-cnn computes in 16 bits unless told otherwise (its README's Results); the others in float32
-    default = "auto" if recipe == "mnist-cnn" else None
-    assert (defaults.amp, defaults.xla, defaults.loss_scale_initial) == (default, False, 2.0 ** 15)
+    assert (defaults.amp, defaults.xla, defaults.loss_scale_initial) == (None, False, 2.0 ** 15)
     assert parse(["--no-amp"]).amp is None and parse(["--amp", "bfloat16", "--no-amp"]).amp is None
     assert parse(["--amp"]).amp == "auto"
     assert (parse(["--amp", "--xla"]).amp, parse(["--amp", "--xla"]).xla) == ("auto", True)

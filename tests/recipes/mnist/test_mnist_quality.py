@@ -9,6 +9,7 @@ import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from error_checks import TF_LOG_LINE
+from ci import results as results_section
 from tf_recipes import contract
 from helpers import REPO, assert_ok, read_results, run_python
 
@@ -46,6 +47,11 @@ def test_real_mnist_reaches_its_target_and_records_the_curve(tmp_path):
     assert curve[-1]["accuracy"] == accuracy and curve[-1]["seconds"] == results["time_to_target"]
     assert results["steps"] < results["steps_per_epoch"] * 2  # the target ended it long before its epochs
     assert f"target accuracy>=0.985 reached at step {results['steps']}" in process.stdout
+    # The README's Results section is made from such a results.json
+    majority = results["final_metrics"]["test"]["majority_accuracy"]
+    assert 0.1 <= majority < 0.2  # the most frequent digit of the 10,000 is about a tenth of them
+    section = results_section.render("mnist-cnn", results)
+    assert f"**{accuracy:.4f}** | {majority:.4f}" in section and "--target accuracy=0.985" in section
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,247 @@
+"""The Results section of each recipe's README: what the recipe learns, on which data, in how long.
+
+    invoke results RECIPE --data-dir DIR        train the recipe's documented run, keep it, write the section
+    invoke results RECIPE --from RESULTS_DIR    the section from a run already made (its results.json)
+
+The kept run is docs/results/RECIPE/results.json, exactly as the recipe wrote it, and its learning
+curve docs/results/RECIPE/curve.png; the README's section between RESULTS_BEGIN and RESULTS_END is
+rendered from them (and, for mnist-cnn, from the kept time-to-accuracy benchmark,
+docs/bench/mnist-cnn/time-to-accuracy.json). A unit test renders it again and compares: the section
+is never edited by hand.
+
+Everything but `plot` and `keep` is pure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_BEGIN = "<!-- results: written by `invoke results RECIPE` from docs/results/RECIPE; do not edit -->"
+RESULTS_END = "<!-- end of results -->"
+
+# What each recipe's documented run is, what its data is, what its metric is held against, and what
+# could not be measured here.
+RECIPES = {
+    "mnist-cnn": {
+        "run": ["--gpus", "0", "--runtime", "local", "--data-dir", "DIR"],
+        "data": "the real MNIST digits (`mnist.npz`): 60,000 training, 10,000 test",
+        "split": "test",
+        "metric": "accuracy",
+        "baseline": ("majority_accuracy", "the most frequent digit predicted for every image"),
+        "licence": "MNIST is by Yann LeCun, Corinna Cortes and Christopher J.C. Burges, made available under "
+                   "the Creative Commons Attribution-Share Alike 3.0 licence.",
+        "benchmark": "docs/bench/mnist-cnn/time-to-accuracy.json",
+        "not_here": "No GPU here: on one, `invoke run mnist-cnn --gpus 1 --data-dir DIR` measures the same "
+                    "figures (a bare `--amp` there is float16 with loss scaling).",
+    },
+    "cityscapes-unet": {
+        "run": ["--gpus", "0", "--runtime", "local", "--data-dir", "DIR", "--", "--preset", "cpu"],
+        "data": "100 real Cityscapes scenes at 1024x2048 (the seed workshop's sample, prepared with "
+                "`prepare_data.py`): 80 training, 20 validation",
+        "split": "val",
+        "metric": "mean_iou",
+        "baseline": ("constant_mean_iou", "the best single category predicted for every pixel"),
+        "licence": "Cityscapes images are under the Cityscapes dataset licence, which forbids redistribution: "
+                   "none is kept here, only the figures.",
+        "benchmark": None,
+        "not_here": "Not measured here: the full Cityscapes train and val splits (2,975 and 500 scenes, a "
+                    "manual download) and any GPU. On a GPU node with them: `invoke run cityscapes-unet --gpus 8 "
+                    "--data-dir data/cityscapes -- --target mean_iou=0.5` records the time to a mean IoU of 0.5.",
+    },
+    "cassava-resnet": {
+        "run": ["--gpus", "0", "--runtime", "local", "--data-dir", "DIR", "--", "--weights", "none",
+                "--image-size", "64", "--epochs", "6", "--batch-size", "8"],
+        "data": "a generated TFDS `cassava` directory, since the real photos cannot be downloaded here: "
+                "`python recipes/cassava-resnet/generated_cassava.py DIR --train 120 --validation 40 --test 8` "
+                "(photos of the real sizes, one hue per class, the five classes in turn)",
+        "split": "validation",
+        "metric": "accuracy",
+        "baseline": ("majority_accuracy", "the most frequent class predicted for every photo"),
+        "licence": "The generated photos are made by the test; TFDS `cassava` itself is under its own terms "
+                   "(see its catalogue page).",
+        "benchmark": None,
+        "not_here": "Not measured here: the real TFDS `cassava` photos with ImageNet weights, and any GPU. On a "
+                    "machine that can download them: `invoke run cassava-resnet --gpus 1 -- --target "
+                    "accuracy=0.8`.",
+    },
+}
+
+
+class ResultsError(ValueError):
+    """A results.json that cannot make the section; the message names it and what is missing."""
+
+
+def kept_dir(recipe: str) -> str:
+    return os.path.join(ROOT, "docs", "results", recipe)
+
+
+def check_results(results: dict, recipe: str, source: str) -> None:
+    spec = RECIPES[recipe]
+    metrics = results.get("final_metrics", {}).get(spec["split"], {})
+    missing = [key for key in (spec["metric"], spec["baseline"][0]) if key not in metrics]
+    if results.get("recipe") != recipe or missing or not results.get("curve"):
+        raise ResultsError(f"{source} is not a finished {recipe} run with a learning curve and "
+                           f"final_metrics.{spec['split']}.{spec['metric']}/{spec['baseline'][0]} "
+                           f"(recipe {results.get('recipe')!r}, missing {missing or 'the curve'}); "
+                           "run the recipe again with this version")
+
+
+def flags_of(command: list[str]) -> str:
+    """The train.py flags of a run's command line, with folders left out."""
+    shown, skip = [], False
+    for arg in command[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--data-dir", "--results-dir"):
+            skip = True
+            continue
+        shown.append(arg)
+    return " ".join(shown) or "(defaults)"
+
+
+def minutes(seconds) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def machine_of(results: dict) -> str:
+    machine = results.get("machine") or {}
+    gpus, load = machine.get("gpus") or 0, machine.get("load_average")
+    return (f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"
+            + (f", {gpus} GPU(s)" if gpus else ", no GPU")
+            + (f", load {load[1]:.1f} (5 min) at the end" if load else ""))
+
+
+def render(recipe: str, results: dict, benchmark: dict | None = None) -> str:
+    """The README's Results section (without its markers) from a run's results.json and, for mnist-cnn,
+    the time-to-accuracy report."""
+    spec = RECIPES[recipe]
+    metrics = results["final_metrics"][spec["split"]]
+    metric, (baseline_key, baseline_says) = spec["metric"], spec["baseline"]
+    lines = [
+        f"Measured here with `invoke results {recipe}`, which trains the run below, keeps its `results.json` in "
+        f"[docs/results/{recipe}](../../docs/results/{recipe}) and writes this section. Data: {spec['data']}. "
+        f"{spec['licence']}",
+        "",
+        "| data | flags | launcher | replicas | steps | wall time | time to target | "
+        f"{spec['split']} {metric} | baseline | machine |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {spec['split']} split above | `{flags_of(results.get('command', []))}` | {results['launcher']} | "
+        f"{results['replicas']} | {results['steps']} | {minutes(results.get('wall_seconds'))} | "
+        f"{minutes(results.get('time_to_target')) if results.get('target') else '—'} | "
+        f"**{metrics[metric]:.4f}** | {metrics[baseline_key]:.4f} | {machine_of(results)} |",
+    ]
+    if benchmark:
+        median, rounds = benchmark["median"], benchmark["rounds"]
+        target = benchmark["target_accuracy"]
+        lines += [
+            f"| {spec['split']} split above | keras-io-style script, 15 epochs (`ci/bench/mnist_baseline.py`) | "
+            f"— | 1 | — | {minutes(median['baseline_wall_seconds'])} | — | {median['baseline_test_accuracy']:.4f} "
+            f"| — | same machine, same hour |",
+            f"| {spec['split']} split above | `--target accuracy={target}` | single | 1 | "
+            f"{rounds[-1]['recipe']['target_step']} | {minutes(median['recipe_wall_seconds'])} | "
+            f"{minutes(median['recipe_time_to_target'])} | "
+            f"{statistics_median([r['recipe']['test_accuracy'] for r in rounds]):.4f} | — | same machine, same hour |",
+        ]
+    lines += [
+        "",
+        f"The baseline is {baseline_says}, on the same {spec['split']} split. Time to target counts from the "
+        "process's start (TensorFlow's import and the data included) to the first evaluation at the target.",
+    ]
+    if benchmark:
+        median = benchmark["median"]
+        lines += [
+            "",
+            f"Time to keras-io's {benchmark['target_accuracy']:.2%} (its published test accuracy): the recipe's "
+            f"defaults with `--target accuracy={benchmark['target_accuracy']}` took "
+            f"{median['recipe_wall_seconds']:.0f} s as a whole process, the keras-io-style script "
+            f"{median['baseline_wall_seconds']:.0f} s for its 15 epochs (reaching "
+            f"{median['baseline_test_accuracy']:.2%}), a ratio of {median['recipe_over_baseline']:.2f} (the median "
+            f"of {len(benchmark['rounds'])} interleaved rounds; the worst {median['recipe_over_baseline_worst']:.2f}). "
+            "Measured with `python -m ci.bench.time_to_accuracy --data-dir DIR --rounds "
+            f"{len(benchmark['rounds'])} --json {spec['benchmark']}`.",
+        ]
+    lines += [
+        "",
+        f"![{recipe} learning curve](../../docs/results/{recipe}/curve.png)",
+        "",
+        spec["not_here"],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def statistics_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def splice(readme: str, section: str, path: str) -> str:
+    """`readme` with the text between its results markers replaced by `section`."""
+    if readme.count(RESULTS_BEGIN) != 1 or readme.count(RESULTS_END) != 1:
+        raise ResultsError(f"{path} must hold one line `{RESULTS_BEGIN}` and one `{RESULTS_END}` after it, "
+                           "where its Results section goes")
+    head, rest = readme.split(RESULTS_BEGIN)
+    _, tail = rest.split(RESULTS_END)
+    return f"{head}{RESULTS_BEGIN}\n{section}{RESULTS_END}{tail}"
+
+
+def load(recipe: str, folder: str) -> tuple[dict, dict | None]:
+    """The kept results.json of `recipe` in `folder`, and its benchmark report if it has one."""
+    path = os.path.join(folder, "results.json")
+    try:
+        with open(path) as handle:
+            results = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise ResultsError(f"{path} cannot be read ({error}); run `invoke results {recipe}` with --data-dir "
+                           "or --from") from None
+    check_results(results, recipe, path)
+    benchmark = None
+    if RECIPES[recipe]["benchmark"] and os.path.exists(os.path.join(ROOT, RECIPES[recipe]["benchmark"])):
+        with open(os.path.join(ROOT, RECIPES[recipe]["benchmark"])) as handle:
+            benchmark = json.load(handle)
+    return results, benchmark
+
+
+def plot(recipe: str, results: dict, path: str) -> None:
+    """The learning curve: the held-out metric against wall seconds, with the baseline and any target."""
+    import matplotlib
+    matplotlib.use("Agg")  # no display: files only
+    import matplotlib.pyplot as plt
+
+    spec = RECIPES[recipe]
+    metric, baseline_key = spec["metric"], spec["baseline"][0]
+    curve = results["curve"]
+    figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    axis.plot([p["seconds"] for p in curve], [p[metric] for p in curve], marker="o", label=f"{spec['split']} {metric}")
+    axis.axhline(results["final_metrics"][spec["split"]][baseline_key], color="grey", linestyle=":",
+                 label=f"baseline ({baseline_key})")
+    axis.set_xlabel("wall seconds since the start")
+    axis.set_ylabel(metric)
+    axis.set_title(f"{recipe}: {flags_of(results.get('command', []))}", fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def keep(recipe: str, run_dir: str) -> str:
+    """Copy `run_dir`'s results.json into docs/results/RECIPE, draw its curve and write the README's
+    section; returns the README's path."""
+    results, benchmark = load(recipe, run_dir)
+    folder = kept_dir(recipe)
+    os.makedirs(folder, exist_ok=True)
+    if os.path.abspath(run_dir) != os.path.abspath(folder):
+        shutil.copyfile(os.path.join(run_dir, "results.json"), os.path.join(folder, "results.json"))
+    plot(recipe, results, os.path.join(folder, "curve.png"))
+    readme = os.path.join(ROOT, "recipes", recipe, "README.md")
+    with open(readme) as handle:
+        text = splice(handle.read(), render(recipe, results, benchmark), readme)
+    with open(readme, "w") as handle:
+        handle.write(text)
+    return readme

@@ -1,0 +1,72 @@
+"""The recipes' Results sections (ci/results.py, `invoke results`): each README's section is what the kept
+run renders to, never edited by hand; the kept runs are whole recipe runs on held-out data; a results.json
+that cannot make the section is one line."""
+import json
+import shutil
+
+import pytest
+
+from ci import results
+from helpers import REPO, run_invoke
+
+
+@pytest.mark.parametrize("recipe", sorted(results.RECIPES))
+def test_the_readme_section_is_rendered_from_the_kept_run(recipe):
+    kept, benchmark = results.load(recipe, results.kept_dir(recipe))
+    readme = (REPO / "recipes" / recipe / "README.md").read_text()
+    assert results.splice(readme, results.render(recipe, kept, benchmark), "README") == readme, (
+        f"recipes/{recipe}/README.md's Results section differs from the kept run: run `invoke results {recipe} "
+        f"--from docs/results/{recipe}`")
+    assert (REPO / "docs" / "results" / recipe / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("recipe", sorted(results.RECIPES))
+def test_the_kept_run_is_a_whole_run_on_held_out_data_above_its_baseline(recipe):
+    kept, _ = results.load(recipe, results.kept_dir(recipe))
+    spec = results.RECIPES[recipe]
+    final = kept["final_metrics"][spec["split"]]
+    assert kept["replicas_in_sync"] and kept["steps"] == kept["curve"][-1]["step"]
+    assert "--synthetic" not in kept["command"] and "--max-steps" not in kept["command"]
+    assert final[spec["metric"]] == kept["curve"][-1][spec["metric"]]
+    assert final[spec["metric"]] > final[spec["baseline"][0]]
+
+
+def test_mnist_cnn_s_kept_run_is_its_defaults_and_reaches_99_2_percent():
+    kept, benchmark = results.load("mnist-cnn", results.kept_dir("mnist-cnn"))
+    assert results.flags_of(kept["command"]) == "(defaults)"
+    assert kept["final_metrics"]["test"]["accuracy"] >= 0.992 and kept["final_metrics"]["test"]["examples"] == 10_000
+    median = benchmark["median"]
+    assert median["recipe_wall_seconds"] < median["baseline_wall_seconds"]
+    assert all(r["recipe"]["reached"] for r in benchmark["rounds"])
+
+
+def test_a_results_json_without_the_metric_or_curve_is_one_line(tmp_path):
+    source = results.kept_dir("mnist-cnn") + "/results.json"
+    shutil.copyfile(source, tmp_path / "results.json")
+    data = json.loads((tmp_path / "results.json").read_text())
+    del data["final_metrics"]["test"]["majority_accuracy"]
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(results.ResultsError, match="missing \\['majority_accuracy'\\]; run the recipe again"):
+        results.load("mnist-cnn", str(tmp_path))
+    process = run_invoke("results", "mnist-cnn", "--from", str(tmp_path))
+    assert process.returncode != 0 and "Traceback" not in process.stderr
+    assert "majority_accuracy" in process.stderr
+
+
+def test_a_readme_without_its_markers_is_refused():
+    with pytest.raises(results.ResultsError, match="must hold one line"):
+        results.splice("# recipe\n", "section\n", "README.md")
+
+
+def test_flags_leave_the_folders_out():
+    assert results.flags_of(["train.py", "--data-dir", "/d", "--results-dir", "/r"]) == "(defaults)"
+    assert results.flags_of(["train.py", "--data-dir", "/d", "--preset", "cpu"]) == "--preset cpu"
+
+
+def test_invoke_results_dry_prints_the_documented_run(tmp_path):
+    process = run_invoke("results", "cityscapes-unet", "--data-dir", str(tmp_path), "--dry")
+    assert process.returncode == 0, process.stderr
+    assert "invoke run cityscapes-unet --gpus 0 --runtime local --data-dir" in process.stdout
+    assert "-- --preset cpu" in process.stdout and "would keep" in process.stdout
+    missing = run_invoke("results", "mnist-cnn")
+    assert missing.returncode != 0 and "give --data-dir" in missing.stderr and "Traceback" not in missing.stderr
