@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_BEGIN = "<!-- results: written by `invoke results RECIPE` from docs/results/RECIPE; do not edit -->"
@@ -27,6 +28,7 @@ RECIPES = {
     "mnist-cnn": {
         "run": ["--gpus", "0", "--runtime", "local", "--data-dir", "DIR"],
         "data": "the real MNIST digits (`mnist.npz`): 60,000 training, 10,000 test",
+        "name": "MNIST, real",
         "split": "test",
         "metric": "accuracy",
         "baseline": ("majority_accuracy", "the most frequent digit predicted for every image"),
@@ -40,6 +42,7 @@ RECIPES = {
         "run": ["--gpus", "0", "--runtime", "local", "--data-dir", "DIR", "--", "--preset", "cpu"],
         "data": "100 real Cityscapes scenes at 1024x2048 (the seed workshop's sample, prepared with "
                 "`prepare_data.py`): 80 training, 20 validation",
+        "name": "Cityscapes, 100 real scenes",
         "split": "val",
         "metric": "mean_iou",
         "baseline": ("constant_mean_iou", "the best single category predicted for every pixel"),
@@ -56,6 +59,7 @@ RECIPES = {
         "data": "a generated TFDS `cassava` directory, since the real photos cannot be downloaded here: "
                 "`python recipes/cassava-resnet/generated_cassava.py DIR --train 120 --validation 40 --test 8` "
                 "(photos of the real sizes, one hue per class, the five classes in turn)",
+        "name": "cassava, generated",
         "split": "validation",
         "metric": "accuracy",
         "baseline": ("majority_accuracy", "the most frequent class predicted for every photo"),
@@ -89,13 +93,13 @@ def check_results(results: dict, recipe: str, source: str) -> None:
 
 
 def flags_of(command: list[str]) -> str:
-    """The train.py flags of a run's command line, with folders left out."""
+    """The train.py flags of a run's command line, with folders and the launcher left out."""
     shown, skip = [], False
     for arg in command[1:]:
         if skip:
             skip = False
             continue
-        if arg in ("--data-dir", "--results-dir"):
+        if arg in ("--data-dir", "--results-dir", "--launcher"):  # folders, and the table's launcher column
             skip = True
             continue
         shown.append(arg)
@@ -123,14 +127,14 @@ def render(recipe: str, results: dict, benchmark: dict | None = None) -> str:
     metrics = results["final_metrics"][spec["split"]]
     metric, (baseline_key, baseline_says) = spec["metric"], spec["baseline"]
     lines = [
-        f"Measured here with `invoke results {recipe}`, which trains the run below, keeps its `results.json` in "
-        f"[docs/results/{recipe}](../../docs/results/{recipe}) and writes this section. Data: {spec['data']}. "
-        f"{spec['licence']}",
+        prose(f"Measured here with `invoke results {recipe}`, which trains the run below, keeps its `results.json` "
+              f"in [docs/results/{recipe}](../../docs/results/{recipe}) and writes this section. Data: {spec['data']}. "
+              f"{spec['licence']}"),
         "",
         "| data | flags | launcher | replicas | steps | wall time | time to target | "
         f"{spec['split']} {metric} | baseline | machine |",
         "|---|---|---|---|---|---|---|---|---|---|",
-        f"| {spec['split']} split above | `{flags_of(results.get('command', []))}` | {results['launcher']} | "
+        f"| {spec['name']} | `{flags_of(results.get('command', []))}` | {results['launcher']} | "
         f"{results['replicas']} | {results['steps']} | {minutes(results.get('wall_seconds'))} | "
         f"{minutes(results.get('time_to_target')) if results.get('target') else '—'} | "
         f"**{metrics[metric]:.4f}** | {metrics[baseline_key]:.4f} | {machine_of(results)} |",
@@ -139,39 +143,44 @@ def render(recipe: str, results: dict, benchmark: dict | None = None) -> str:
         median, rounds = benchmark["median"], benchmark["rounds"]
         target = benchmark["target_accuracy"]
         lines += [
-            f"| {spec['split']} split above | keras-io-style script, 15 epochs (`ci/bench/mnist_baseline.py`) | "
+            f"| {spec['name']} | keras-io-style script, 15 epochs (`ci/bench/mnist_baseline.py`) | "
             f"— | 1 | — | {minutes(median['baseline_wall_seconds'])} | — | {median['baseline_test_accuracy']:.4f} "
             f"| — | same machine, same hour |",
-            f"| {spec['split']} split above | `--target accuracy={target}` | single | 1 | "
+            f"| {spec['name']} | `--target accuracy={target}` | single | 1 | "
             f"{rounds[-1]['recipe']['target_step']} | {minutes(median['recipe_wall_seconds'])} | "
             f"{minutes(median['recipe_time_to_target'])} | "
             f"{statistics_median([r['recipe']['test_accuracy'] for r in rounds]):.4f} | — | same machine, same hour |",
         ]
     lines += [
         "",
-        f"The baseline is {baseline_says}, on the same {spec['split']} split. Time to target counts from the "
-        "process's start (TensorFlow's import and the data included) to the first evaluation at the target.",
+        prose(f"The baseline is {baseline_says}, on the same {spec['split']} split. Time to target counts from the "
+              "process's start (TensorFlow's import and the data included) to the first evaluation at the target. "
+              "The load average is the machine's: other work on it slows a run down."),
     ]
     if benchmark:
         median = benchmark["median"]
         lines += [
             "",
-            f"Time to keras-io's {benchmark['target_accuracy']:.2%} (its published test accuracy): the recipe's "
+            prose(f"Time to keras-io's {benchmark['target_accuracy']:.2%} (its published test accuracy): the recipe's "
             f"defaults with `--target accuracy={benchmark['target_accuracy']}` took "
             f"{median['recipe_wall_seconds']:.0f} s as a whole process, the keras-io-style script "
             f"{median['baseline_wall_seconds']:.0f} s for its 15 epochs (reaching "
             f"{median['baseline_test_accuracy']:.2%}), a ratio of {median['recipe_over_baseline']:.2f} (the median "
             f"of {len(benchmark['rounds'])} interleaved rounds; the worst {median['recipe_over_baseline_worst']:.2f}). "
             "Measured with `python -m ci.bench.time_to_accuracy --data-dir DIR --rounds "
-            f"{len(benchmark['rounds'])} --json {spec['benchmark']}`.",
+            f"{len(benchmark['rounds'])} --json {spec['benchmark']}`."),
         ]
     lines += [
         "",
         f"![{recipe} learning curve](../../docs/results/{recipe}/curve.png)",
         "",
-        spec["not_here"],
+        prose(spec["not_here"]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def prose(text: str) -> str:
+    return textwrap.fill(text, 110, break_long_words=False, break_on_hyphens=False)
 
 
 def statistics_median(values: list[float]) -> float:
@@ -217,9 +226,14 @@ def plot(recipe: str, results: dict, path: str) -> None:
     metric, baseline_key = spec["metric"], spec["baseline"][0]
     curve = results["curve"]
     figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=100)
-    axis.plot([p["seconds"] for p in curve], [p[metric] for p in curve], marker="o", label=f"{spec['split']} {metric}")
-    axis.axhline(results["final_metrics"][spec["split"]][baseline_key], color="grey", linestyle=":",
-                 label=f"baseline ({baseline_key})")
+    values = [p[metric] for p in curve]
+    axis.plot([p["seconds"] for p in curve], values, marker="o", label=f"{spec['split']} {metric}")
+    baseline = results["final_metrics"][spec["split"]][baseline_key]
+    low = min(values + [baseline]) if baseline >= min(values) - (max(values) - min(values) + 0.01) else None
+    if low is None:  # far below the curve: named, not drawn, so that the curve keeps its detail
+        axis.plot([], [], " ", label=f"baseline ({baseline_key}): {baseline:.4f}")
+    else:
+        axis.axhline(baseline, color="grey", linestyle=":", label=f"baseline ({baseline_key}): {baseline:.4f}")
     axis.set_xlabel("wall seconds since the start")
     axis.set_ylabel(metric)
     axis.set_title(f"{recipe}: {flags_of(results.get('command', []))}", fontsize=9)

@@ -186,10 +186,16 @@ README_SECTIONS = ("Overview", "Feature matrix", "Quick start", "Your own data",
                    "Results", "Performance", "Tests")
 
 
+RESULTS_SECTION = """## Results
+
+Not measured yet: what it reaches on its held-out data, and how soon. `--eval-every N` records the learning
+curve in `results.json` and TensorBoard, and `--target METRIC=VALUE` the time to a quality target.
+"""
+
+
 def readme(name: str, source: str, title: str, labels: list[tuple[str, str]] = ()) -> str:
-    """The new recipe's README, in the template of every recipe README (README_SECTIONS): what it
-    started from, the commands that run it, and where each part of the template is to be filled in.
-    `labels` (distributed_labels of the new folder) are listed under "What makes it distributed"."""
+    """The new recipe's README in the template of every recipe README (README_SECTIONS): its origin, the
+    commands that run it, where each part is to be filled in; `labels` under "What makes it distributed"."""
     what = f" ({title})" if title else ""
     origin = f"../{source}/README.md"
     return f"""# {name}
@@ -237,11 +243,7 @@ Every line of this folder that exists only because there is more than one replic
 {labels_list(labels)}
 What happens inside the library: [the library's launcher API](../../docs/library.md#launchers).
 
-## Results
-
-Not measured yet: what it reaches on its held-out data, and how soon. `--eval-every N` records the learning
-curve in `results.json` and TensorBoard, and `--target METRIC=VALUE` the time to a quality target.
-
+{RESULTS_SECTION}
 ## Performance
 
 Not measured yet: `invoke bench {name}` measures its throughput under each launcher.

@@ -33,9 +33,6 @@ NOT_RUN_HERE = {
         "sets up the machine this suite runs on (.venv, TensorFlow, Horovod's build); CI runs it before the suite",
     "bash ci/test.sh":
         "the whole test suite, this file included",
-    ".venv/bin/python -m ci.bench.time_to_accuracy --data-dir ../shared/data/mnist --rounds 2 "
-    "--json docs/bench/mnist-cnn/time-to-accuracy.json":
-        "the kept measurement (about 12 minutes): as written it replaces docs/bench/mnist-cnn/time-to-accuracy.json",
     ".venv/bin/python -m ci.bench.host_overhead --batch-size 1 --steps 1500 --rounds 5 "
     "--json docs/bench/host-overhead.json":
         "the kept measurement: as written it replaces docs/bench/host-overhead.json",
