@@ -257,11 +257,11 @@ def copy_data(copy: dict, data: str) -> str | None:
     """A data entry's `copy`: its files from the folder that the environment variable `env` names, else from
     `default` (relative to the repository), into `data`; None, or the one line saying where to put them."""
     folder = os.environ.get(copy["env"]) or os.path.normpath(os.path.join(ROOT, copy["default"]))
-    named = f"${copy['env']}" if os.environ.get(copy["env"]) else f"{copy['default']} (the default of ${copy['env']})"
+    named = f"as ${copy['env']} says" if os.environ.get(copy["env"]) else f"${copy['env']} unset, so {copy['default']}"
     missing = [name for name in copy["files"] if not os.path.isfile(os.path.join(folder, name))]
     if missing:
-        return (f"{', '.join(missing)} not found in {folder}: put {copy['what']} there, or name the folder that "
-                f"holds {'them' if len(missing) > 1 else 'it'} in ${copy['env']} (looked in {named})")
+        return (f"{', '.join(missing)} not found in {folder} ({named}): put {copy['what']} there, or name the "
+                f"folder that holds {'them' if len(missing) > 1 else 'it'} in ${copy['env']}")
     os.makedirs(data, exist_ok=True)
     for name in copy["files"]:
         shutil.copyfile(os.path.join(folder, name), os.path.join(data, name))
