@@ -3,7 +3,8 @@
 Pure functions, but for `load_matrix`, which reads the file: checking the matrix, expanding a tier
 into cells, the `invoke run` command of a cell, why a cell cannot run here, which failures are the
 infrastructure's (retried once), the per-cell checks (exit, results.json, replicas in sync, loss
-down, parity with the reference cell) and the regression rule. Running them is ci/nightly/runner.py;
+down, parity with the reference cell, a quality cell's metric against its floor) and the regression
+rule. Running them is ci/nightly/runner.py;
 the report files are ci/nightly/report.py.
 """
 from __future__ import annotations
@@ -60,6 +61,20 @@ class Cell:
     parity: bool = True  # compared with the reference cell (false: the recipe's `no_parity` launchers)
     stack: str = DEFAULT_STACK  # stacks/STACK.txt: the software the image holds
     env: tuple[tuple[str, str], ...] = ()  # (NAME, VALUE) for `invoke run`'s environment: the launcher's `env`
+    # A quality cell (its recipe's `quality` entry in the matrix): (results.json metric path, floor); None for
+    # the launcher cells.
+    quality: tuple[str, float] | None = None
+    own_data: bool = False  # a quality cell whose entry has data of its own (`data`, `copy`), not its recipe's
+
+    @property
+    def kind(self) -> str:
+        """`cell` (a launcher cell, held to its reference) or `quality` (a metric held to a floor)."""
+        return "quality" if self.quality else "cell"
+
+    @property
+    def data_key(self) -> str:
+        """Whose data it trains on: its recipe's (RECIPE), or its quality entry's own (RECIPE/quality)."""
+        return f"{self.recipe}/quality" if self.own_data else self.recipe
 
     @property
     def image(self) -> str:
@@ -68,7 +83,7 @@ class Cell:
 
     @property
     def id(self) -> str:
-        return f"{self.recipe}/{self.launcher}/{self.runtime}/{self.image}"
+        return f"{self.recipe}/{'quality' if self.quality else self.launcher}/{self.runtime}/{self.image}"
 
     @property
     def reference_id(self) -> str:
@@ -108,6 +123,13 @@ class Matrix:
     tiers: dict
     readme: list = field(default_factory=list)
     regression: dict = field(default_factory=dict)
+    quality: dict = field(default_factory=dict)  # recipe: its quality entry (checked by _check_quality)
+
+    def data_spec(self, key: str) -> dict:
+        """The data of a Cell.data_key: `data` (commands run in turn) and `copy` (files copied from a folder)."""
+        recipe, _, quality = key.partition("/")
+        spec = self.quality[recipe] if quality else self.recipes[recipe]
+        return {"data": spec.get("data") or [], "copy": spec.get("copy")}
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -161,6 +183,54 @@ def _check_tier(path: str, name: str, spec: dict, launchers: dict, recipes: dict
                                   f"does not run on the {stack} stack")
 
 
+QUALITY_KEYS = {"tiers", "launcher", "runtime", "base", "global_batch", "args", "metric", "floor", "time_limit",
+                "data", "copy"}
+
+
+def _check_quality(path: str, data: dict, launchers: dict, recipes: dict, tiers: dict) -> dict:
+    """`quality`: per recipe, one cell in each tier named that trains it for quality and holds a metric of
+    results.json (a dotted path, such as final_metrics.test.accuracy) to a floor."""
+    quality = data.get("quality") or {}
+    if not isinstance(quality, dict):
+        raise MatrixError(f"{path}: quality: expected a mapping of recipes to quality cells")
+    for recipe, spec in quality.items():
+        where = f"{path}: quality.{recipe}"
+        if recipe not in recipes:
+            raise MatrixError(f"{where}: {recipe!r} is not one of the matrix's recipes")
+        if not isinstance(spec, dict):
+            raise MatrixError(f"{where}: expected a mapping")
+        unknown = sorted(set(spec) - QUALITY_KEYS)
+        if unknown:
+            raise MatrixError(f"{where}: unknown key {unknown[0]!r}; the keys are {', '.join(sorted(QUALITY_KEYS))}")
+        for key, kind in (("tiers", list), ("launcher", str), ("runtime", str), ("base", str), ("global_batch", int),
+                          ("args", list), ("metric", str), ("floor", (int, float)), ("time_limit", (int, float))):
+            _need(spec, key, kind, where)
+        if isinstance(spec["floor"], bool) or "" in spec["metric"].split("."):
+            raise MatrixError(f"{where}: expected a metric path such as final_metrics.test.accuracy and a number "
+                              "as its floor")
+        if spec["launcher"] not in launchers:
+            raise MatrixError(f"{where}.launcher: {spec['launcher']!r} is not a launcher ({', '.join(launchers)})")
+        if spec["global_batch"] % launchers[spec["launcher"]]["replicas"]:
+            raise MatrixError(f"{where}.global_batch: {spec['global_batch']} does not split over the "
+                              f"{spec['launcher']} launcher's replicas")
+        for tier in spec["tiers"]:
+            if tier not in tiers:
+                raise MatrixError(f"{where}.tiers: {tier!r} is not a tier of the matrix")
+            for key in ("runtime", "base"):
+                if spec[key] not in tiers[tier][key + "s"]:
+                    raise MatrixError(f"{where}.{key}: {spec[key]!r} is not one of tier {tier}'s {key}s")
+        for command in spec.get("data") or []:
+            if not isinstance(command, list) or not command:
+                raise MatrixError(f"{where}.data: every step is a command as a list of words")
+        copy = spec.get("copy")
+        if copy is not None:
+            for key in ("files", "default", "what", "env"):
+                _need(copy, key, list if key == "files" else str, f"{where}.copy")
+            if not ENV_NAME.fullmatch(copy["env"]):
+                raise MatrixError(f"{where}.copy.env: {copy['env']!r} is not an environment variable name")
+    return quality
+
+
 def load_matrix(path: str) -> Matrix:
     """Read and check a matrix file; every mistake is one MatrixError naming the file and key."""
     try:
@@ -204,7 +274,8 @@ def load_matrix(path: str) -> Matrix:
                                      float(_need(entry, "time_limit", (int, float), where))),
                        tuple(_need(entry, "tiers", list, where))))
     regression = {"window": 7, "min_nights": 3, "drop": 0.25, **(data.get("regression") or {})}
-    return Matrix(path, launchers, recipes, tiers, readme, regression)
+    quality = _check_quality(path, data, launchers, recipes, tiers)
+    return Matrix(path, launchers, recipes, tiers, readme, regression, quality)
 
 
 def runs_on(launchers: dict, launcher: str, stack: str) -> bool:
@@ -240,6 +311,28 @@ def expand(matrix: Matrix, tier: str) -> list[Cell]:
             reference=recipe_spec["reference"],
             parity=launcher not in recipe_spec.get("no_parity", []), stack=stack,
             env=tuple((name, str(value)) for name, value in matrix.launchers[launcher].get("env", {}).items())))
+    return cells + quality_cells(matrix, tier)
+
+
+def quality_cells(matrix: Matrix, tier: str) -> list[Cell]:
+    """The tier's quality cells, after its launcher cells: one per recipe whose `quality` entry names the
+    tier, on the tier's first stack, compared with no other cell."""
+    spec = matrix.tiers[tier]
+    cells = []
+    for recipe in spec["recipes"]:
+        entry = matrix.quality.get(recipe)
+        if not entry or tier not in entry["tiers"]:
+            continue
+        launcher = matrix.launchers[entry["launcher"]]
+        replicas = launcher["replicas"]
+        cells.append(Cell(
+            recipe=recipe, launcher=entry["launcher"], runtime=entry["runtime"], base=entry["base"], tier=tier,
+            replicas=replicas, gpus=replicas if spec.get("gpus") else 0,
+            launcher_flags=tuple(str(f) for f in launcher["flags"]),
+            train_args=tuple(str(a) for a in entry["args"]), global_batch=entry["global_batch"],
+            time_limit=float(entry["time_limit"]), reference=entry["launcher"], parity=False,
+            stack=spec.get("stacks", [DEFAULT_STACK])[0], quality=(entry["metric"], float(entry["floor"])),
+            own_data=bool(entry.get("data") or entry.get("copy"))))
     return cells
 
 
@@ -262,7 +355,8 @@ def select(cells: list[Cell], only: str | None) -> list[Cell]:
     if not only:
         return cells
     chosen = {c.id for c in cells if fnmatch.fnmatch(c.id, only) or only in c.id}
-    wanted = chosen | {c.reference_id for c in cells if c.id in chosen} | {c.single_id for c in cells if c.id in chosen}
+    compared = [c for c in cells if c.id in chosen and not c.quality]  # a quality cell brings no other cell
+    wanted = chosen | {c.reference_id for c in compared} | {c.single_id for c in compared}
     wanted |= {c.docker_id for c in cells if c.id in wanted and c.runtime == "apptainer"}
     return [c for c in cells if c.id in wanted]
 
@@ -379,6 +473,28 @@ def check_results(cell: Cell, results: dict | None) -> list[str]:
             problems.append(f"the loss did not go down: mean {first:.4g} over steps {steps[0]}-{steps[width - 1]}, "
                             f"mean {last:.4g} over steps {steps[-width]}-{steps[-1]}")
     return problems
+
+
+def metric_value(results: dict, path: str):
+    """The value at a dotted path of results.json (final_metrics.test.accuracy), or None when it is absent."""
+    value = results
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def check_quality(results: dict | None, metric: str, floor: float) -> tuple[float | None, list[str]]:
+    """A quality cell's metric against its floor: (the value, None when results.json lacks a number there;
+    the problems, none when the value is at or above the floor). A missing metric fails, as does NaN."""
+    value = metric_value(results or {}, metric)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        shown = "missing" if value is None else f"not a number ({value!r})"
+        return None, [f"quality: {metric} is {shown} in results.json (floor {floor:g})"]
+    if value < floor:
+        return float(value), [f"quality: {metric} {value:.4f} is below its floor {floor:g}"]
+    return float(value), []
 
 
 def check_parity(results: dict, weights: dict, reference: dict, reference_weights: dict) -> list[str]:

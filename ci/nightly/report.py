@@ -23,14 +23,15 @@ def render_junit(report: dict) -> str:
                        failures=str(sum(e["status"] == "fail" for e in entries)),
                        time=f"{report['duration_s']:.1f}", timestamp=report["started"])
     for entry in entries:
-        group = entry["recipe"] if entry["kind"] == "cell" else "readme"
+        group = "readme" if entry["kind"] == "readme" else entry["recipe"]
         case = ET.SubElement(suite, "testcase", classname=f"nightly.{report['tier']}.{group}", name=entry["id"],
                              time=f"{entry.get('duration_s') or 0:.1f}")
         command = entry["command"] if isinstance(entry["command"], str) else nightly.quote(entry["command"])
         if entry["status"] == "fail":
             ET.SubElement(case, "failure", message=entry["reason"]).text = (
                 f"{entry['reason']}\ncommand: {command}\nlog: {entry.get('log', '')}")
-        ET.SubElement(case, "system-out").text = f"command: {command}\nattempts: {entry.get('attempts', 0)}"
+        quality = f"\n{_quality(entry)}" if entry["kind"] == "quality" else ""
+        ET.SubElement(case, "system-out").text = f"command: {command}\nattempts: {entry.get('attempts', 0)}{quality}"
     suites = ET.Element("testsuites", name="tf-recipes nightly")
     suites.append(suite)
     ET.indent(suites)
@@ -47,6 +48,16 @@ def _rate(entry: dict) -> str:
     return text
 
 
+def _value(entry: dict) -> str:
+    """A quality cell's metric value, or `missing` when its results.json had none."""
+    return "missing" if entry.get("value") is None else f"{entry['value']:.4f}"
+
+
+def _quality(entry: dict) -> str:
+    """A quality cell's metric, its value and its floor, in words."""
+    return f"{entry['metric']} {_value(entry)}, floor {entry['floor']:g}"
+
+
 def _image(entry: dict) -> str:
     """A cell's image variant (`cpu`, `current-cpu`); reports written before the stack axis have `base`."""
     return entry.get("image", entry["base"])
@@ -55,6 +66,7 @@ def _image(entry: dict) -> str:
 def render_summary(report: dict) -> str:
     cells = [e for e in report["entries"] if e["kind"] == "cell"]
     readme = [e for e in report["entries"] if e["kind"] == "readme"]
+    quality = [e for e in report["entries"] if e["kind"] == "quality"]
     counts = {s: sum(e["status"] == s for e in report["entries"]) for s in MARK}
     lines = [f"## Nightly, tier `{report['tier']}`: {'green' if report['passed'] else 'RED'}", "",
              f"{counts['pass']} passed, {counts['fail']} failed; "
@@ -82,6 +94,11 @@ def render_summary(report: dict) -> str:
               "recipe's single-device cell against the median of recent nights "
               f"(rule: a drop of more than {report['regression_rule']['drop']:.0%} against the last "
               f"{report['regression_rule']['window']} nights fails the night).", ""]
+    if quality:
+        lines += ["### Quality: each recipe's metric on held-out data against its floor", "",
+                  "| cell | metric | value | floor | result |", "|---|---|---|---|---|"]
+        lines += [f"| {e['id']} | `{e['metric']}` | {_value(e)} | {e['floor']:g} | {MARK[e['status']]} |"
+                  for e in quality] + [""]
     if readme:
         lines += ["### README commands, run as written", "", "| command | result |", "|---|---|"]
         lines += [f"| `{e['command'] or e['id']}` | {MARK[e['status']]} |" for e in readme] + [""]
@@ -181,4 +198,9 @@ def render_matrix_table(matrix) -> str:
                                  f"({replicas}) | {runtime} / {base} | {here} |")
     readme = [f"`{c.match}` ({', '.join(tiers)})" for c, tiers in matrix.readme]
     lines += ["", "README commands run as written: " + "; ".join(readme) + "."]
+    quality = [f"{recipe} ({', '.join(spec['tiers'])}; {spec['launcher']}, {spec['runtime']} / {spec['base']}): "
+               f"`{spec['metric']}` >= {spec['floor']:g}" for recipe, spec in matrix.quality.items()]
+    if quality:
+        lines += ["", "Quality cells, each a recipe's metric on held-out data against its floor: "
+                  + "; ".join(quality) + "."]
     return "\n".join(lines) + "\n"

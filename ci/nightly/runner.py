@@ -253,17 +253,38 @@ def build_images(cells, facts: dict, images: dict, out: str) -> dict[str, str]:
     return failed
 
 
-def prepare_data(matrix, recipe: str, work: str, log_dir: str) -> tuple[str | None, str | None]:
-    """Run the recipe's data steps once (host Python); (data dir or None, error or None)."""
-    steps = matrix.recipes[recipe].get("data") or []
-    if not steps:
+def copy_data(copy: dict, data: str) -> str | None:
+    """A data entry's `copy`: its files from the folder that the environment variable `env` names, else from
+    `default` (relative to the repository), into `data`; None, or the one line saying where to put them."""
+    folder = os.environ.get(copy["env"]) or os.path.normpath(os.path.join(ROOT, copy["default"]))
+    named = f"as ${copy['env']} says" if os.environ.get(copy["env"]) else f"${copy['env']} unset, so {copy['default']}"
+    missing = [name for name in copy["files"] if not os.path.isfile(os.path.join(folder, name))]
+    if missing:
+        return (f"{', '.join(missing)} not found in {folder} ({named}): put {copy['what']} there, or name the "
+                f"folder that holds {'them' if len(missing) > 1 else 'it'} in ${copy['env']}")
+    os.makedirs(data, exist_ok=True)
+    for name in copy["files"]:
+        shutil.copyfile(os.path.join(folder, name), os.path.join(data, name))
+    return None
+
+
+def prepare_data(matrix, key: str, work: str, log_dir: str) -> tuple[str | None, str | None]:
+    """Prepare the data of a cell's data key (its recipe, or RECIPE/quality) once, with host Python: copy
+    its `copy` files, then run its data steps; (data dir or None, error or None)."""
+    spec = matrix.data_spec(key)
+    if not spec["data"] and not spec["copy"]:
         return None, None
     data = os.path.join(work, "data")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    for index, step in enumerate(steps):
+    if spec["copy"]:
+        problem = copy_data(spec["copy"], data)
+        if problem:
+            return None, f"preparing its data failed: {problem}"
+    for index, step in enumerate(spec["data"]):
         argv = [sys.executable if word == "python" else word.format(data=data, work=work) for word in step]
-        finished = run_logged(argv, os.path.join(log_dir, f"data-{recipe}-{index}.log"), 900)
+        name = key.replace("/", "-")
+        finished = run_logged(argv, os.path.join(log_dir, f"data-{name}-{index}.log"), 900)
         if finished.status != 0 or finished.outlived:
             why = "; ".join(outlived_problem(finished)) or f"status {finished.status}"
             return None, f"preparing its data failed: {nightly.quote(argv)} ({why})"
@@ -300,10 +321,11 @@ def remove_containers(cell, results_dir: str) -> None:
 
 def cell_entry(cell, command: list[str], **fields) -> dict:
     """A cell's line in the report, before its checks."""
-    return {"id": cell.id, "kind": "cell", "recipe": cell.recipe, "launcher": cell.launcher, "runtime": cell.runtime,
+    quality = {"metric": cell.quality[0], "floor": cell.quality[1], "value": None} if cell.quality else {}
+    return {"id": cell.id, "kind": cell.kind, "recipe": cell.recipe, "launcher": cell.launcher, "runtime": cell.runtime,
             "base": cell.base, "stack": cell.stack, "image": cell.image, "tier": cell.tier, "replicas": cell.replicas,
             "command": command, "attempts": 0,
-            "images_per_sec": None, "ratio": None, "change": None, "problems": [], **fields}
+            "images_per_sec": None, "ratio": None, "change": None, "problems": [], **quality, **fields}
 
 
 def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
@@ -333,6 +355,9 @@ def run_cell(cell, out: str, data_dir: str | None, env: dict) -> dict:
     else:
         results = read_results(results_dir)
         entry["problems"] += nightly.check_results(cell, results)
+        if cell.quality:  # the metric on held-out data against its floor; a results.json without it fails
+            entry["value"], problems = nightly.check_quality(results, *cell.quality)
+            entry["problems"] += problems
         if results:
             entry["images_per_sec"] = results.get("images_per_sec")
         entry["_results"], entry["_results_dir"] = results, results_dir
@@ -350,6 +375,8 @@ def add_parity(entries: dict) -> None:
     the image the SIF was made from must train the same model."""
     for entry in entries.values():
         cell = entry["_cell"]
+        if cell.quality:  # held to its floor, not to another cell
+            continue
         twin = entries.get(cell.docker_id)
         if cell.runtime != "docker" and not entry["problems"] and twin and not twin["problems"]:
             # The same image under another runtime: the same arithmetic, so bit for bit.
@@ -426,19 +453,21 @@ def read_history(folder: str | None) -> list[dict]:
 def print_plan(matrix, cells, readme, out: str) -> None:
     """--dry: every cell's command and the README commands, nothing run."""
     for cell in cells:
-        data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
+        data = "DATA" if any(matrix.data_spec(cell.data_key).values()) else None
         results = os.path.join(out, "cells", cell.id.replace("/", "-"), "results")
-        print(f"# {cell.id}\n+ {nightly.quote(nightly.cell_command(cell, results, data))}")
+        floor = f" (quality: {cell.quality[0]} >= {cell.quality[1]:g})" if cell.quality else ""
+        print(f"# {cell.id}{floor}\n+ {nightly.quote(nightly.cell_command(cell, results, data))}")
     for command in readme:
         print(f"# README command: the line of {command.file} that contains {command.match!r}")
 
 
 def prepare_all_data(matrix, cells, facts: dict, out: str) -> tuple[dict, dict]:
-    """Each runnable recipe's data steps, once: ({recipe: data dir}, {recipe: why it failed})."""
+    """The data of each runnable cell's data key (a recipe, or RECIPE/quality), once: ({key: data dir},
+    {key: why it failed})."""
     data_dirs, data_errors = {}, {}
-    for recipe in dict.fromkeys(c.recipe for c in cells if not nightly.not_runnable(c, facts)):
-        data_dirs[recipe], data_errors[recipe] = prepare_data(matrix, recipe, os.path.join(out, "work", recipe),
-                                                              os.path.join(out, "build"))
+    for key in dict.fromkeys(c.data_key for c in cells if not nightly.not_runnable(c, facts)):
+        data_dirs[key], data_errors[key] = prepare_data(matrix, key, os.path.join(out, "work", key.replace("/", "-")),
+                                                        os.path.join(out, "build"))
     return data_dirs, data_errors
 
 
@@ -450,18 +479,20 @@ def run_cells(matrix, cells, facts: dict, out: str, build_failed: dict, data_dir
     for index, cell in enumerate(cells, 1):
         why = nightly.not_runnable(cell, facts)
         broken = next((m for n, m in build_failed.items() if n.startswith(("CPU base", "Debian base"))
-                       or n == build_step_name(cell)), None) or data_errors.get(cell.recipe)
+                       or n == build_step_name(cell)), None) or data_errors.get(cell.data_key)
         if why:
-            data = "DATA" if matrix.recipes[cell.recipe].get("data") else None
+            data = "DATA" if any(matrix.data_spec(cell.data_key).values()) else None
             command = nightly.cell_command(cell, "RESULTS", data, ("invoke",))
             entry = cell_entry(cell, command, problems=[f"not run, though its tier is meant to run it: {why}"])
         elif broken:
             entry = cell_entry(cell, [], problems=[broken])
         else:
             say(f"{index}/{len(cells)} {cell.id}")
-            entry = run_cell(cell, out, data_dirs.get(cell.recipe), env)
+            entry = run_cell(cell, out, data_dirs.get(cell.data_key), env)
             rate = f", {entry['images_per_sec']:,.1f} img/s" if entry["images_per_sec"] else ""
-            say(f"  {'; '.join(entry['problems']) or 'finished'} ({entry['duration_s']:.0f} s{rate})")
+            metric = f", {entry['metric']} {entry['value']:.4f} (floor {entry['floor']:g})" \
+                if entry.get("value") is not None else ""
+            say(f"  {'; '.join(entry['problems']) or 'finished'} ({entry['duration_s']:.0f} s{rate}{metric})")
         entry["_cell"] = cell
         entry["status"] = "fail" if entry["problems"] else "pass"
         entries[cell.id] = entry

@@ -4,6 +4,8 @@ The negative controls, real nights that must turn red, run in tests/integration/
 the smoke tier itself, in the containers, in tests/integration/test_nightly_workflow.py (the
 workflow's CPU job under act)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -25,11 +27,13 @@ def test_the_cpu_tier_has_every_recipe_under_every_launcher_in_its_cpu_image():
 
 
 def test_every_cell_of_a_recipe_trains_on_the_same_global_batch():
+    """Every launcher cell of a recipe; a quality cell, compared with none of them, on its own entry's."""
     for tier in nightly.TIERS:
         for cell in nightly.expand(MATRIX, tier):
             argv = nightly.cell_command(cell, "/r", None)
             per_replica = int(argv[argv.index("--batch-size") + 1])
-            assert per_replica * cell.replicas == MATRIX.recipes[cell.recipe]["global_batch"], cell.id
+            spec = MATRIX.quality[cell.recipe] if cell.quality else MATRIX.recipes[cell.recipe]
+            assert per_replica * cell.replicas == spec["global_batch"], cell.id
             assert argv[argv.index("--runtime") + 1] == cell.runtime and argv[argv.index("--base") + 1] == cell.base
 
 
@@ -263,24 +267,46 @@ def test_a_rerun_of_the_same_night_replaces_its_history_record(tmp_path):
 
 # -- report.json's consumers, on the report the cpu night really wrote ------------------------------
 
-def test_the_kept_night_is_a_whole_green_cpu_night_of_todays_matrix():
+# What the cpu tier's matrix has gained since the kept night ran (at 9077470), written out so that nothing
+# else can change unseen: the mnist-cnn cells' arguments that keep them on that night's settings (float32 at
+# a constant 1e-3, mnist-cnn's defaults until 24207b2 made them bfloat16 and a cosine schedule peaking at
+# 3e-3), so the flags differ and the training does not; and the quality cells, which no kept night has run
+# yet. The next kept cpu night (invoke nightly --tier cpu) empties both.
+ARGS_SINCE_THE_KEPT_NIGHT = {"mnist-cnn": ["--no-amp", "--lr-schedule", "constant", "--lr", "0.001"]}
+CELLS_SINCE_THE_KEPT_NIGHT = {"mnist-cnn/quality/docker/cpu", "cityscapes-unet/quality/docker/cpu"}
+
+
+def without(words: list[str], removed: list[str]) -> list[str]:
+    """`words` without the run of words `removed` (unchanged when they are not in it, in that order)."""
+    for start in range(len(words) - len(removed) + 1):
+        if removed and words[start:start + len(removed)] == removed:
+            return words[:start] + words[start + len(removed):]
+    return words
+
+
+def test_the_kept_night_is_a_whole_green_cpu_night_of_todays_matrix_but_for_what_is_named_since():
     """docs/nightly/cpu is the last full cpu-tier night: every cell the matrix has (none added, removed or
-    renamed since), every one of them run here and passed, the README commands of the tier too, and the
-    matrix the night read is this one."""
+    renamed since but the cells named above), every one of them run here and passed, the README commands of
+    the tier too, and the matrix the night read is this one, but for the arguments named above, added since."""
     import json
 
     report = json.loads((REPO / "docs" / "nightly" / "cpu" / "report.json").read_text())
     cells = {e["id"]: e for e in report["entries"] if e["kind"] == "cell"}
     assert report["tier"] == "cpu" and report["matrix"] == "ci/nightly/matrix.yaml"
-    assert sorted(cells) == sorted(c.id for c in nightly.expand(MATRIX, "cpu")), "re-run: invoke nightly --tier cpu"
-    for cell in nightly.expand(MATRIX, "cpu"):
+    today = [c for c in nightly.expand(MATRIX, "cpu") if c.id not in CELLS_SINCE_THE_KEPT_NIGHT]
+    assert CELLS_SINCE_THE_KEPT_NIGHT <= {c.id for c in nightly.expand(MATRIX, "cpu")} - set(cells)
+    assert sorted(cells) == sorted(c.id for c in today), "re-run: invoke nightly --tier cpu"
+    for cell in today:
         entry = cells[cell.id]
         assert entry["status"] == "pass" and "not run" not in entry.get("reason", ""), entry
         # Today's command (flags, steps, batch) with that night's folders: a changed cell was re-run.
         command = entry["command"]
         folder = {flag: command[command.index(flag) + 1] if flag in command else None
                   for flag in ("--results-dir", "--data-dir")}
-        assert command == nightly.cell_command(cell, folder["--results-dir"], folder["--data-dir"], ("invoke",))
+        now = nightly.cell_command(cell, folder["--results-dir"], folder["--data-dir"], ("invoke",))
+        added = ARGS_SINCE_THE_KEPT_NIGHT.get(cell.recipe, [])
+        assert not added or without(now, added) != now, f"{cell.id}: {added} are no longer in its command"
+        assert command == without(now, added)
     readme = [e["id"] for e in report["entries"] if e["kind"] == "readme"]
     assert readme == [c.id for c in nightly.readme_commands(MATRIX, "cpu")]
     assert report["passed"] and all(e["status"] == "pass" for e in report["entries"])
@@ -298,3 +324,138 @@ def test_the_kept_summary_and_junit_file_are_what_the_renderers_make_of_the_kept
     assert set(record["cells"]) == {e["id"] for e in report["entries"] if e["kind"] == "cell"}
     nightly_report.plot_history([record], report["tier"], str(tmp_path / "history.png"))
     assert (tmp_path / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- quality cells: each recipe's metric on held-out data against its floor ------------------------------
+
+# results.json as each recipe's train.py wrote it, 2 steps into a temporary folder (the command is in
+# each file's "command"): mnist-cnn on the real digits, the others on the matrix's generated data.
+RESULTS = REPO / "tests" / "unit" / "nightly_results"
+QUALITY = {"mnist-cnn": "final_metrics.test.accuracy", "cityscapes-unet": "final_metrics.val.mean_iou"}
+# The check on every recipe's results.json, cassava-resnet's too (which has no quality cell yet).
+METRICS = {**QUALITY, "cassava-resnet": "final_metrics.validation.accuracy"}
+
+
+def real_results(recipe: str) -> dict:
+    import json
+
+    return json.loads((RESULTS / f"{recipe}.json").read_text())
+
+
+def test_the_cpu_tier_plans_one_quality_cell_per_recipe_with_its_command():
+    cells, readme = nightly.plan_night(MATRIX, "cpu", "quality")
+    assert readme == [] and {c.id for c in cells} == {f"{recipe}/quality/docker/cpu" for recipe in QUALITY}
+    for cell in cells:
+        entry = MATRIX.quality[cell.recipe]
+        assert cell.quality == (QUALITY[cell.recipe], entry["floor"]) and not cell.parity
+        command = nightly.cell_command(cell, "/r", "/data")
+        assert command[:7] == ["invoke", "run", cell.recipe, "--gpus", "0", "--cpu-replicas", "1"]
+        assert command[command.index("--launcher") + 1] == "single" and "--synthetic" not in command
+        assert command[command.index("--runtime"):command.index("--runtime") + 6] == \
+            ["--runtime", "docker", "--stack", "ngc-25.02", "--base", "cpu"]
+        assert command[command.index("--") + 1:] == [*entry["args"], "--batch-size", str(entry["global_batch"])]
+    # mnist-cnn's quality cell trains the defaults on the real digits, copied in; the others on their recipe's data.
+    assert MATRIX.data_spec(cells[0].data_key)["copy"]["env"] == "TF_RECIPES_MNIST_DIR"
+    assert [c.data_key for c in cells] == ["mnist-cnn/quality", "cityscapes-unet"]
+    assert not [c for tier in ("smoke", "gpu") for c in nightly.expand(MATRIX, tier) if c.quality]
+
+
+@pytest.mark.parametrize("recipe", sorted(METRICS))
+def test_the_quality_check_is_red_below_the_floor_green_at_it_and_red_without_the_metric(recipe):
+    results = real_results(recipe)
+    value = nightly.metric_value(results, METRICS[recipe])
+    assert isinstance(value, float)
+    assert nightly.check_quality(results, METRICS[recipe], value) == (value, [])
+    assert nightly.check_quality(results, METRICS[recipe], value - 0.01) == (value, [])
+    found, problems = nightly.check_quality(results, METRICS[recipe], value + 0.001)
+    assert found == value
+    assert problems == [f"quality: {METRICS[recipe]} {value:.4f} is below its floor {value + 0.001:g}"]
+    split = METRICS[recipe].split(".")[1]
+    for broken in ({k: v for k, v in results.items() if k != "final_metrics"},
+                   {**results, "final_metrics": {split: {k: v for k, v in results["final_metrics"][split].items()
+                                                         if k not in ("accuracy", "mean_iou")}}},
+                   {**results, "final_metrics": {split: {**results["final_metrics"][split],
+                                                         METRICS[recipe].split(".")[-1]: None}}}):
+        found, problems = nightly.check_quality(broken, METRICS[recipe], 0.0)
+        assert found is None and len(problems) == 1 and problems[0].startswith(f"quality: {METRICS[recipe]} is ")
+    assert nightly.check_quality(None, METRICS[recipe], 0.0)[0] is None
+
+
+def fake_run(results: dict):
+    """runner.run_logged in place: writes `results` as the cell's results.json and exits 0."""
+    import json
+
+    from ci.nightly import runner
+
+    def run(argv, log_path, time_limit, env=None, shell=False):
+        results_dir = argv[argv.index("--results-dir") + 1]
+        import os
+
+        os.makedirs(results_dir, exist_ok=True)
+        with open(os.path.join(results_dir, "results.json"), "w") as handle:
+            json.dump(results, handle)
+        return runner.Finished(0, "", [])
+    return run
+
+
+@pytest.mark.parametrize("recipe", sorted(QUALITY))
+def test_a_quality_cell_reports_its_metric_and_floor_and_fails_below_it(tmp_path, monkeypatch, recipe):
+    """run_cell on a results.json in the recipe's real shape: the entry names the metric, its value and the
+    floor; it fails below the floor and when the metric is missing."""
+    from ci.nightly import runner
+
+    cell = next(c for c in nightly.expand(MATRIX, "cpu") if c.quality and c.recipe == recipe)
+    results = real_results(recipe)
+    value = nightly.metric_value(results, QUALITY[recipe])
+    for floor, lacking, wanted in ((value, False, []), (value + 0.001, False, ["is below its floor"]),
+                                   (0.0, True, ["is missing in results.json"])):
+        shown = {k: v for k, v in results.items() if k != "final_metrics"} if lacking else results
+        monkeypatch.setattr(runner, "run_logged", fake_run(shown))
+        entry = runner.run_cell(dataclasses.replace(cell, quality=(QUALITY[recipe], floor)), str(tmp_path), None, {})
+        quality = [p for p in entry["problems"] if p.startswith("quality:")]
+        assert entry["kind"] == "quality" and entry["metric"] == QUALITY[recipe] and entry["floor"] == floor
+        assert entry["value"] == (None if lacking else value)
+        assert len(quality) == len(wanted) and all(w in p for w, p in zip(wanted, quality, strict=True)), quality
+
+
+def test_the_real_digits_missing_make_the_mnist_quality_cell_red_saying_where_to_put_them(tmp_path, monkeypatch):
+    from ci.nightly import runner
+
+    monkeypatch.setenv("TF_RECIPES_MNIST_DIR", str(tmp_path / "empty"))
+    data, problem = runner.prepare_data(MATRIX, "mnist-cnn/quality", str(tmp_path / "work"), str(tmp_path))
+    assert data is None and "\n" not in problem
+    assert f"mnist.npz not found in {tmp_path / 'empty'}" in problem and "$TF_RECIPES_MNIST_DIR" in problem
+    cell = next(c for c in nightly.expand(MATRIX, "cpu") if c.quality and c.recipe == "mnist-cnn")
+    facts = {"docker": True, "apptainer": False, "gpus": 0, "ngc": False, "memlock": True}
+    entries = runner.run_cells(MATRIX, [cell], facts, str(tmp_path), {}, {}, {cell.data_key: problem})
+    assert entries[cell.id]["status"] == "fail" and entries[cell.id]["problems"] == [problem]
+    # Named by the variable, the folder's mnist.npz is copied into the night's data folder.
+    (tmp_path / "digits").mkdir()
+    (tmp_path / "digits" / "mnist.npz").write_bytes(b"npz")
+    monkeypatch.setenv("TF_RECIPES_MNIST_DIR", str(tmp_path / "digits"))
+    data, problem = runner.prepare_data(MATRIX, "mnist-cnn/quality", str(tmp_path / "work"), str(tmp_path))
+    assert problem is None and (tmp_path / "work" / "data" / "mnist.npz").read_bytes() == b"npz"
+    assert data == str(tmp_path / "work" / "data")
+    # Without the variable: ../shared/data/mnist beside the repository.
+    monkeypatch.delenv("TF_RECIPES_MNIST_DIR")
+    assert runner.copy_data({**MATRIX.quality["mnist-cnn"]["copy"], "default": "no/such/folder"}, str(tmp_path)) \
+        .startswith(f"mnist.npz not found in {REPO / 'no' / 'such' / 'folder'}")
+
+
+def test_the_report_shows_each_quality_cells_metric_and_floor():
+    quality = {"kind": "quality", "recipe": "mnist-cnn", "launcher": "single", "runtime": "docker", "base": "cpu",
+               "image": "cpu", "command": ["invoke", "run"], "attempts": 1, "duration_s": 1.0,
+               "metric": "final_metrics.test.accuracy", "floor": 0.992}
+    report = {"tier": "cpu", "passed": False, "started": "2026-11-27T12:00:00+00:00", "duration_s": 60.0,
+              "command": "invoke nightly --tier cpu", "regressions": [], "regression_rule": MATRIX.regression,
+              "entries": [{**quality, "id": "mnist-cnn/quality/docker/cpu", "value": 0.9931, "status": "pass",
+                           "reason": ""},
+                          {**quality, "id": "cassava-resnet/quality/docker/cpu", "value": None, "status": "fail",
+                           "metric": "final_metrics.validation.accuracy", "floor": 0.75,
+                           "reason": "quality: final_metrics.validation.accuracy is missing in results.json"}]}
+    summary = nightly_report.render_summary(report)
+    assert "| mnist-cnn/quality/docker/cpu | `final_metrics.test.accuracy` | 0.9931 | 0.992 | ✅ pass |" in summary
+    assert "| cassava-resnet/quality/docker/cpu | `final_metrics.validation.accuracy` | missing | 0.75 |" in summary
+    junit = nightly_report.render_junit(report)
+    assert "final_metrics.test.accuracy 0.9931, floor 0.992" in junit and 'classname="nightly.cpu.mnist-cnn"' in junit
+    assert nightly_report.history_record(report)["cells"] == {}  # speed history is the launcher cells'
