@@ -55,7 +55,7 @@ RECIPES = {
     },
     "cassava-resnet": {
         "run": ["--gpus", "0", "--runtime", "local", "--data-dir", "DIR", "--", "--weights", "none",
-                "--image-size", "64", "--epochs", "6", "--batch-size", "8"],
+                "--image-size", "64", "--epochs", "6", "--batch-size", "8", "--bn-momentum", "0.9"],
         "data": "a generated TFDS `cassava` directory, since the real photos cannot be downloaded here: "
                 "`python recipes/cassava-resnet/generated_cassava.py DIR --train 120 --validation 40 --test 8` "
                 "(photos of the real sizes, one hue per class, the five classes in turn)",

@@ -37,6 +37,10 @@ def parse_args(argv=None):
     # A fine-tuning recipe meant for several GPUs: the learning rate grows with the global batch
     # (with warm-up) unless --no-scale-lr.
     parser.set_defaults(scale_lr=True)
+    parser.add_argument("--bn-momentum", type=cli.rate, default=0.99,
+                        help="batch normalization's moving-average momentum: ResNet50's 0.99 suits fine-tuning; "
+                             "its statistics take hundreds of steps to follow weights trained from scratch, "
+                             "for which a short run wants 0.9")
     parser.add_argument("--image-size", type=cli.positive_int, default=300,
                         help="photos are resized to this square size (ResNet50 needs at least 32)")
     parser.add_argument("--weights", default="imagenet",
@@ -177,11 +181,14 @@ def fetch_imagenet_weights(launcher):
         fetch()  # nothing to do when the chief's copy is visible here
 
 
-def build_model(image_size, weights, num_classes=input_pipeline.NUM_CLASSES):
+def build_model(image_size, weights, num_classes=input_pipeline.NUM_CLASSES, bn_momentum=0.99):
     inputs = keras.Input((image_size, image_size, 3), dtype="uint8", name="image")
     x = ImageNetPreprocessing(dtype="float32", name="imagenet_preprocessing")(inputs)
     backbone = keras.applications.ResNet50(include_top=False, weights="imagenet" if weights == "imagenet" else None,
                                            input_shape=(image_size, image_size, 3))
+    for layer in backbone.layers:  # --bn-momentum: how fast the moving statistics follow the weights
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = bn_momentum
     x = backbone(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     x = keras.layers.Dense(1016, activation="relu")(x)
@@ -244,9 +251,10 @@ def main(args):
         export=args.export, eval_every=args.eval_every, target=args.target)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
-        model = build_model(args.image_size, weights, len(class_names))
+        model = build_model(args.image_size, weights, len(class_names), args.bn_momentum)
         # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
-        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
+        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps, args.lr_schedule,
+                                      trainer.planned_steps)
         optimizer = keras.optimizers.Adam(rate)
     trainer.setup(model, optimizer)
 

@@ -31,7 +31,7 @@ launchers:
   single: {replicas: 1, flags: [--launcher, single]}
   mirrored: {replicas: 2, flags: [--launcher, mirrored]}
   desync: {replicas: 2, flags: [--launcher, multiworker], env: {TF_RECIPES_FAULT_DESYNC_REPLICA: "1"}}
-  different: {replicas: 2, flags: [--launcher, mirrored], args: [--lr, "0.009"]}
+  different: {replicas: 2, flags: [--launcher, mirrored], args: [--lr, "0.003"]}
   crash: {replicas: 1, flags: [--launcher, single], args: [--epochs, "0"]}
   slow: {replicas: 2, flags: [--launcher, mirrored], env: {TF_RECIPES_FAULT_SLOW_STEP: "0.1"}}
 recipes:
