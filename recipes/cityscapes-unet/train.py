@@ -29,6 +29,8 @@ RECIPE = "cityscapes-unet"
 # Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once. A preset
 # sets the model's size and the training crop; flags override any of them.
 
+NORMALIZATIONS = ("none", "group", "batch")  # model.NORMALIZATIONS, without importing Keras first
+
 PRESETS = {
     "full": dict(crop=None, filters=32, depth=4, batch_size=4),  # whole 1024x2048 images
     "cpu": dict(crop=(256, 512), filters=16, depth=4, batch_size=2),
@@ -67,7 +69,13 @@ def parse_args(argv=None):
     model.add_argument("--filters", type=cli.positive_int, help="filters of the first level (doubles per level)")
     model.add_argument("--depth", type=cli.positive_int, help="down-sampling levels")
     model.add_argument("--dropout", type=cli.rate, default=0.0, help="dropout after every conv block")
-    model.add_argument("--batch-norm", action=argparse.BooleanOptionalAction, default=True)
+    model.add_argument("--norm", choices=NORMALIZATIONS, default="none",
+                       help="normalisation after each convolution: none (default: the same in training and "
+                            "inference, on crops and whole images), group (per image, over its whole extent), "
+                            "batch (per replica's batch; moving statistics in inference)")
+    model.add_argument("--batch-norm", dest="norm", action="store_const", const="batch", help="same as --norm batch")
+    model.add_argument("--no-batch-norm", dest="norm", action="store_const", const="none",
+                       help="same as --norm none")
     model.add_argument("--crop", type=size, help="training crop HEIGHTxWIDTH (default: the preset's)")
     model.add_argument("--scale", type=scale_range, default=(0.75, 1.25), help="random zoom range MIN:MAX")
     model.add_argument("--no-augment", action="store_true", help="no zoom, crop position or flip augmentation")
@@ -149,7 +157,7 @@ def synthetic_dataset(shard, height, width, steps, seed):
 # The UNet, its loss (cross-entropy plus Dice) and its IoU metric are in model.py.
 
 def build_model(args, num_classes):
-    return build_unet(args.filters, args.depth, args.dropout, args.batch_norm, num_classes=num_classes)
+    return build_unet(args.filters, args.depth, args.dropout, args.norm, num_classes=num_classes)
 
 
 TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou)
@@ -231,7 +239,7 @@ def main(args):
     final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette)
     trainer.save_results({
         "precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
-        "crop": args.crop, "shard_late": args.shard_late,
+        "normalization": args.norm, "crop": args.crop, "shard_late": args.shard_late,
         "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
         "parameters": model.count_params(), "classes": class_names, "final_metrics": final_metrics})
     export.export_model(launcher, results_dir, model, lambda: build_model(args, len(class_names)),
