@@ -28,7 +28,9 @@ def normalization_layer(kind, channels, name, i):
 def conv_block(x, filters, normalization, dropout, name):
     for i in (1, 2):
         norm = normalization_layer(normalization, filters, name, i)
-        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=norm is None, name=f"{name}_conv{i}")(x)
+        # He initialisation, for ReLU: without normalisation it keeps the signal's scale through the levels.
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=norm is None, kernel_initializer="he_normal",
+                                name=f"{name}_conv{i}")(x)
         if norm is not None:
             x = norm(x)
         x = keras.layers.Activation("relu", name=f"{name}_relu{i}")(x)

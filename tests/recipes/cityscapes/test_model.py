@@ -69,3 +69,18 @@ def test_group_counts_fit_any_filter_count():
     assert model(images(1), training=False).shape == (1, 64, 128, 8)
     with pytest.raises(ValueError, match="normalization"):
         model_module.build_unet(8, 2, 0.0, True)
+
+
+def test_presets_set_epochs_and_rate_decay_and_flags_override_them():
+    cpu = train.parse_args(["--preset", "cpu"])
+    assert (cpu.epochs, cpu.lr_decay, cpu.lr) == (10, "cosine", 1e-3)
+    assert (train.parse_args([]).epochs, train.parse_args([]).lr_decay) == (50, "none")  # full
+    overridden = train.parse_args(["--preset", "cpu", "--epochs", "3", "--lr-decay", "none"])
+    assert (overridden.epochs, overridden.lr_decay) == (3, "none")
+
+
+def test_cosine_decay_runs_from_the_rate_to_zero_and_wraps_a_schedule():
+    decay = train.CosineDecay(1e-3, 100)
+    assert [round(float(decay(step)), 7) for step in (0, 50, 100, 150)] == [1e-3, 5e-4, 0.0, 0.0]
+    doubled = train.CosineDecay(lambda step: 2e-3, 100)  # e.g. --scale-lr's warm-up schedule
+    assert round(float(doubled(50)), 7) == 1e-3
