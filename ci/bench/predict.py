@@ -48,7 +48,9 @@ def keras_model(results_dir, info):
     if info["recipe"] == "cassava-resnet":
         model, to_model = train.build_model(info["image_size"][0], None), (lambda images: images)
     elif info["recipe"] == "cityscapes-unet":
-        model = train.build_unet(results["filters"], results["depth"])
+        # results.json written before the normalisation was recorded came from batch-norm models
+        model = train.build_unet(results["filters"], results["depth"],
+                                 normalization=results.get("normalization", "batch"))
         to_model = lambda images: images.astype(np.float32) / 255.0  # noqa: E731
     else:
         model, to_model = train.build_model(), (lambda images: images.astype(np.float32) / 255.0)

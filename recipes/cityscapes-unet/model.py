@@ -1,36 +1,62 @@
 """The UNet, its loss (cross-entropy + Dice) and its metric (mean IoU over the 8 categories)."""
+import math
+
 import keras
 import tensorflow as tf
 
 from labels import NUM_CATEGORIES
 
 
-def conv_block(x, filters, batch_norm, dropout, name):
+# Normalisation after each convolution. "none" (the default) has none: every output pixel depends only on
+# the pixels around it, the same in training and inference, on a crop as on the whole image, in a batch
+# of any size and on any number of replicas. "batch" normalises over the replica's batch in training and
+# uses moving statistics in inference, which did not match at 2 images per replica on real images; "group"
+# normalises each image over its whole extent, so a model trained on crops sees other statistics on
+# whole images (it suits training on whole images, e.g. --preset full).
+NORMALIZATIONS = ("none", "group", "batch")
+GROUPS = 8  # at most: fewer when a level's channels are not a multiple of 8
+
+
+def normalization_layer(kind, channels, name, i):
+    if kind == "group":
+        return keras.layers.GroupNormalization(groups=math.gcd(channels, GROUPS), name=f"{name}_gn{i}")
+    if kind == "batch":
+        return keras.layers.BatchNormalization(name=f"{name}_bn{i}")
+    return None
+
+
+def conv_block(x, filters, normalization, dropout, name):
     for i in (1, 2):
-        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=not batch_norm, name=f"{name}_conv{i}")(x)
-        if batch_norm:
-            x = keras.layers.BatchNormalization(name=f"{name}_bn{i}")(x)
+        norm = normalization_layer(normalization, filters, name, i)
+        # He initialisation, for ReLU: without normalisation it keeps the signal's scale through the levels.
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=norm is None, kernel_initializer="he_normal",
+                                name=f"{name}_conv{i}")(x)
+        if norm is not None:
+            x = norm(x)
         x = keras.layers.Activation("relu", name=f"{name}_relu{i}")(x)
     if dropout:
         x = keras.layers.Dropout(dropout, name=f"{name}_dropout")(x)
     return x
 
 
-def build_unet(filters=32, depth=4, dropout=0.0, batch_norm=True, num_classes=NUM_CATEGORIES):
+def build_unet(filters=32, depth=4, dropout=0.0, normalization="none", num_classes=NUM_CATEGORIES):
     """Encoder of `depth` conv blocks with max-pooling, a bottleneck, and an up-sampling decoder that
     concatenates the encoder's features at each level. Any input size divisible by 2**depth works,
-    so the model trains on crops and evaluates on whole images."""
+    so the model trains on crops and evaluates on whole images. `normalization` is one of
+    NORMALIZATIONS."""
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization {normalization!r}: use one of {', '.join(NORMALIZATIONS)}")
     inputs = keras.Input((None, None, 3), name="image")
     x, skips = inputs, []
     for level in range(depth):
-        x = conv_block(x, filters * 2 ** level, batch_norm, dropout, f"down{level}")
+        x = conv_block(x, filters * 2 ** level, normalization, dropout, f"down{level}")
         skips.append(x)
         x = keras.layers.MaxPooling2D(2, name=f"pool{level}")(x)
-    x = conv_block(x, filters * 2 ** depth, batch_norm, dropout, "bottleneck")
+    x = conv_block(x, filters * 2 ** depth, normalization, dropout, "bottleneck")
     for level in reversed(range(depth)):
         x = keras.layers.UpSampling2D(2, name=f"up{level}")(x)
         x = keras.layers.Concatenate(name=f"skip{level}")([x, skips[level]])
-        x = conv_block(x, filters * 2 ** level, batch_norm, dropout, f"dec{level}")
+        x = conv_block(x, filters * 2 ** level, normalization, dropout, f"dec{level}")
     # The softmax head stays float32 under --amp: the loss needs the precision.
     outputs = keras.layers.Conv2D(num_classes, 1, activation="softmax", dtype="float32", name="categories")(x)
     return keras.Model(inputs, outputs, name=f"unet_f{filters}_d{depth}")

@@ -29,10 +29,18 @@ RECIPE = "cityscapes-unet"
 # Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once. A preset
 # sets the model's size and the training crop; flags override any of them.
 
+NORMALIZATIONS = ("none", "group", "batch")  # model.NORMALIZATIONS, without importing Keras first
+
 PRESETS = {
-    "full": dict(crop=None, filters=32, depth=4, batch_size=4),  # whole 1024x2048 images
-    "cpu": dict(crop=(256, 512), filters=16, depth=4, batch_size=2),
-    "tiny": dict(crop=(64, 128), filters=8, depth=2, batch_size=2),
+    "full": dict(crop=None, filters=32, depth=4, batch_size=4, epochs=50, lr_schedule="constant",
+                 lr_warmup_steps=100),  # whole 1024x2048 images
+    # 10 epochs, the rate falling from its peak along a half cosine to 0 at the last step (no warm-up): 400
+    # steps for 80 training images. On the shared 2-core machine (load average 9 to 14) such a run took 18
+    # minutes, evaluation included.
+    "cpu": dict(crop=(256, 512), filters=16, depth=4, batch_size=2, epochs=10, lr_schedule="cosine",
+                lr_warmup_steps=0),
+    "tiny": dict(crop=(64, 128), filters=8, depth=2, batch_size=2, epochs=50, lr_schedule="constant",
+                 lr_warmup_steps=100),
 }
 FULL_SIZE = (1024, 2048)
 
@@ -58,16 +66,22 @@ def scale_range(text):
 
 
 def parse_args(argv=None):
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=50, lr=1e-3, metrics=("mean_iou",))
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=None, lr=1e-3, metrics=("mean_iou",))
     # A full-resolution step takes far longer than the host's ~0.5 ms per call: one step per call
-    # keeps a stop signal answered within one step.
-    parser.set_defaults(steps_per_loop=1)
+    # keeps a stop signal answered within one step. The rate's schedule is the preset's unless given.
+    parser.set_defaults(steps_per_loop=1, lr_schedule=None, lr_warmup_steps=None)
     model = parser.add_argument_group("cityscapes-unet")
     model.add_argument("--preset", choices=sorted(PRESETS), default="full")
     model.add_argument("--filters", type=cli.positive_int, help="filters of the first level (doubles per level)")
     model.add_argument("--depth", type=cli.positive_int, help="down-sampling levels")
     model.add_argument("--dropout", type=cli.rate, default=0.0, help="dropout after every conv block")
-    model.add_argument("--batch-norm", action=argparse.BooleanOptionalAction, default=True)
+    model.add_argument("--norm", choices=NORMALIZATIONS, default="none",
+                       help="normalisation after each convolution: none (default: the same in training and "
+                            "inference, on crops and whole images), group (per image, over its whole extent), "
+                            "batch (per replica's batch; moving statistics in inference)")
+    model.add_argument("--batch-norm", dest="norm", action="store_const", const="batch", help="same as --norm batch")
+    model.add_argument("--no-batch-norm", dest="norm", action="store_const", const="none",
+                       help="same as --norm none")
     model.add_argument("--crop", type=size, help="training crop HEIGHTxWIDTH (default: the preset's)")
     model.add_argument("--scale", type=scale_range, default=(0.75, 1.25), help="random zoom range MIN:MAX")
     model.add_argument("--no-augment", action="store_true", help="no zoom, crop position or flip augmentation")
@@ -86,6 +100,10 @@ def parse_args(argv=None):
     args.depth = args.depth or preset["depth"]
     args.batch_size = args.batch_size or preset["batch_size"]
     args.crop = args.crop or preset["crop"]
+    args.epochs = args.epochs or preset["epochs"]
+    args.lr_schedule = args.lr_schedule or preset["lr_schedule"]
+    if args.lr_warmup_steps is None:
+        args.lr_warmup_steps = preset["lr_warmup_steps"]
     if args.benchmark:
         args.max_steps = args.max_steps or 20
     multiple = 2 ** args.depth
@@ -149,7 +167,7 @@ def synthetic_dataset(shard, height, width, steps, seed):
 # The UNet, its loss (cross-entropy plus Dice) and its IoU metric are in model.py.
 
 def build_model(args, num_classes):
-    return build_unet(args.filters, args.depth, args.dropout, args.batch_norm, num_classes=num_classes)
+    return build_unet(args.filters, args.depth, args.dropout, args.norm, num_classes=num_classes)
 
 
 TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou, baseline_sums=truth_sums)
@@ -218,7 +236,8 @@ def main(args):
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(args, len(class_names))
         # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
-        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps)
+        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps, args.lr_schedule,
+                                      trainer.planned_steps)
         optimizer = keras.optimizers.Adam(rate)
     trainer.setup(model, optimizer)
 
@@ -239,7 +258,7 @@ def main(args):
     final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette, explain_val)
     trainer.save_results({
         "precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
-        "crop": args.crop, "shard_late": args.shard_late,
+        "normalization": args.norm, "crop": args.crop, "shard_late": args.shard_late,
         "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
         "parameters": model.count_params(), "classes": class_names, "final_metrics": final_metrics})
     export.export_model(launcher, results_dir, model, lambda: build_model(args, len(class_names)),

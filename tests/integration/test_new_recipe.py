@@ -219,7 +219,7 @@ def test_the_readme_own_segmentation_data_journey_runs_as_written(tmp_path):
     results = root / run[run.index("--results-dir") + 1]
     names = [c["name"] for c in CLASSES]
     assert read_results(results)["classes"] == names
-    model = recipe_module("cityscapes-unet", "model").build_unet(8, 2, 0.0, True, len(names))  # --preset tiny
+    model = recipe_module("cityscapes-unet", "model").build_unet(8, 2, 0.0, "none", len(names))  # --preset tiny
     model.load_weights(results / "final.weights.h5")
     out = root / predict[predict.index("--out") + 1]
     photos = sorted((root / images).glob("*.jpg"))

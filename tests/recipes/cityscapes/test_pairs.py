@@ -122,7 +122,7 @@ def test_the_unet_trains_on_the_pairs_with_their_classes_and_predicts_in_their_c
                          "--max-steps", "4", "--results-dir", str(run)))
     results = json.loads((run / "results.json").read_text())
     assert results["classes"] == NAMES and len(results["final_metrics"]["val"]["iou_per_category"]) == 3
-    served = check_export(run, tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, True, 3), size=(64, 128),
+    served = check_export(run, tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, "none", 3), size=(64, 128),
                           channels=3, to_model=lambda images: images.astype(np.float32) / 255.0, classes=NAMES)
     assert served["probabilities"].shape == (3, 64, 128, 3)
     classes = json.loads((run / "export" / "1" / "assets.extra" / "classes.json").read_text())

@@ -45,7 +45,7 @@ def check_segmentation_export(tmp_path):
 
     from helpers import recipe_module
     train = recipe_module("cityscapes-unet", "train")
-    served = check_export(tmp_path / "run", tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, True),
+    served = check_export(tmp_path / "run", tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, "none"),
                           size=(64, 128), channels=3, to_model=lambda images: images.astype(np.float32) / 255.0,
                           classes=list(train.CATEGORY_NAMES))
     assert served["class_ids"].shape == (3, 64, 128)

@@ -1,0 +1,92 @@
+"""The UNet's normalisation. The default model computes every pixel from the pixels around it only: the same
+in training and in inference, whatever else is in the batch and however much of the scene the input holds.
+So a small per-replica batch, training on crops and evaluating whole images, or the number of replicas
+cannot change what it predicts. Batch norm (--norm batch) depends on the batch and group norm (--norm
+group) on the input's extent; these checks tell each of them apart from the default."""
+import numpy as np
+import pytest
+
+from helpers import recipe_module
+
+model_module = recipe_module("cityscapes-unet", "model")
+train = recipe_module("cityscapes-unet", "train")
+
+
+def images(count, seed=0, size=(64, 128)):
+    return np.random.default_rng(seed).random((count, *size, 3), dtype=np.float32)
+
+
+def tiny(normalization=None):
+    import keras
+    keras.utils.set_random_seed(1)
+    args = (8, 2, 0.0) if normalization is None else (8, 2, 0.0, normalization)
+    return model_module.build_unet(*args)
+
+
+def batch_effect(model, batch):
+    """How much the first image's output changes when the rest of the batch is there."""
+    return np.abs(model(batch, training=True).numpy()[:1] - model(batch[:1], training=True).numpy()).max()
+
+
+def extent_effect(model, image):
+    """How much the output near the top-left corner changes when only the left half of the image is given
+    (the pixels compared lie 40 columns from the cut, beyond the tiny UNet's reach)."""
+    whole = model(image, training=False).numpy()[:, :, :24]
+    half = model(image[:, :, :64], training=False).numpy()[:, :, :24]
+    return np.abs(whole - half).max()
+
+
+@pytest.mark.parametrize("preset", sorted(train.PRESETS))
+def test_every_preset_defaults_to_no_normalisation(preset):
+    assert train.parse_args(["--preset", preset]).norm == "none"
+    assert train.parse_args(["--preset", preset, "--batch-norm"]).norm == "batch"
+    assert train.parse_args(["--preset", preset, "--norm", "group"]).norm == "group"
+    assert train.parse_args(["--preset", preset, "--batch-norm", "--no-batch-norm"]).norm == "none"
+    assert train.NORMALIZATIONS == model_module.NORMALIZATIONS
+
+
+def test_default_prediction_depends_on_neither_the_batch_the_mode_nor_the_extent():
+    model, batch = tiny(), images(4)
+    np.testing.assert_allclose(model(batch, training=True).numpy(), model(batch, training=False).numpy(), atol=1e-6)
+    assert batch_effect(model, batch) < 1e-5
+    assert extent_effect(model, batch[:1]) < 1e-5
+    # Nothing for the replicas to keep equal besides the weights: no moving statistics.
+    assert [v for v in model.non_trainable_variables if "float" in str(v.dtype)] == []
+
+
+def test_batch_and_group_norm_are_there_and_each_fails_one_check():
+    batch_norm, group_norm, batch = tiny("batch"), tiny("group"), images(4)
+    assert any(type(layer).__name__ == "BatchNormalization" for layer in batch_norm.layers)
+    assert batch_effect(batch_norm, batch) > 1e-3
+    assert batch_effect(group_norm, batch) < 1e-5
+    assert extent_effect(group_norm, batch[:1]) > 1e-3
+
+
+def test_group_counts_fit_any_filter_count():
+    model = model_module.build_unet(12, 2, 0.0, "group")  # 12, 24 and 48 channels: 4 groups, then 8
+    groups = sorted({layer.groups for layer in model.layers if type(layer).__name__ == "GroupNormalization"})
+    assert groups == [4, 8]
+    assert model(images(1), training=False).shape == (1, 64, 128, 8)
+    with pytest.raises(ValueError, match="normalization"):
+        model_module.build_unet(8, 2, 0.0, True)
+
+
+def test_presets_set_epochs_and_rate_schedule_and_flags_override_them():
+    cpu = train.parse_args(["--preset", "cpu"])
+    assert (cpu.epochs, cpu.lr_schedule, cpu.lr_warmup_steps, cpu.lr) == (10, "cosine", 0, 1e-3)
+    full = train.parse_args([])
+    assert (full.epochs, full.lr_schedule, full.lr_warmup_steps) == (50, "constant", 100)
+    overridden = train.parse_args(["--preset", "cpu", "--epochs", "3", "--lr-schedule", "constant",
+                                   "--lr-warmup-steps", "5"])
+    assert (overridden.epochs, overridden.lr_schedule, overridden.lr_warmup_steps) == (3, "constant", 5)
+
+
+def test_the_cpu_preset_s_rate_falls_from_its_peak_to_zero():
+    from types import SimpleNamespace
+
+    from tf_recipes import training
+
+    rate = training.learning_rate(1e-3, SimpleNamespace(num_replicas=1), False, 0, "cosine", 100)
+    assert [round(float(rate(step)), 7) for step in (0, 50, 100, 150)] == [1e-3, 5e-4, 0.0, 0.0]
+    doubled = training.learning_rate(1e-3, SimpleNamespace(num_replicas=2), True, 0, "cosine", 100)
+    assert round(float(doubled(50)), 7) == 1e-3
