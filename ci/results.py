@@ -40,8 +40,12 @@ RECIPES = {
     },
     "cityscapes-unet": {
         "run": ["--gpus", "0", "--runtime", "local", "--data-dir", "DIR", "--", "--preset", "cpu"],
-        "data": "100 real Cityscapes scenes at 1024x2048 (the seed workshop's sample, prepared with "
-                "`prepare_data.py`): 80 training, 20 validation",
+        "data": "100 real Cityscapes scenes at 1024x2048, the seed workshop's sample (`8data/` of "
+                "github.com/twittidai/TF2_Workshop: `img/` and `gt_cat/`, which holds the 8 category ids): sorted by "
+                "name, the first 80 for training and the last 20 for validation, each split's images and "
+                "category maps in `images/SPLIT/` and `masks/SPLIT/` under the same names, prepared with "
+                "`prepare_data.py --format pairs` and a classes file of the 8 categories (name and official "
+                "colour, in category order); `--data-dir` is the prepared folder",
         "name": "Cityscapes, 100 real scenes",
         "split": "val",
         "metric": "mean_iou",
