@@ -143,6 +143,7 @@ def render(recipe: str, results: dict, benchmark: dict | None = None) -> str:
         f"{minutes(results.get('time_to_target')) if results.get('target') else '—'} | "
         f"**{metrics[metric]:.4f}** | {metrics[baseline_key]:.4f} | {machine_of(results)} |",
     ]
+    lines += per_category_lines(results, metrics)
     if benchmark:
         median, rounds = benchmark["median"], benchmark["rounds"]
         target = benchmark["target_accuracy"]
@@ -181,6 +182,17 @@ def render(recipe: str, results: dict, benchmark: dict | None = None) -> str:
         prose(spec["not_here"]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def per_category_lines(results: dict, metrics: dict) -> list[str]:
+    """Segmentation: which categories the model learnt (IoU above 0) and which not."""
+    per_category = metrics.get("iou_per_category")
+    if not (per_category and results.get("classes")):
+        return []
+    pairs = list(zip(results["classes"], per_category, strict=False))
+    learnt = ", ".join(f"{name} {iou:.3f}" for name, iou in pairs if iou)
+    unlearnt = ", ".join(name for name, iou in pairs if not iou)
+    return ["", prose(f"IoU per category: {learnt}" + (f"; 0 for {unlearnt}." if unlearnt else "."))]
 
 
 def prose(text: str) -> str:

@@ -46,7 +46,7 @@ def test_a_results_json_without_the_metric_or_curve_is_one_line(tmp_path):
     data = json.loads((tmp_path / "results.json").read_text())
     del data["final_metrics"]["test"]["majority_accuracy"]
     (tmp_path / "results.json").write_text(json.dumps(data))
-    with pytest.raises(results.ResultsError, match="missing \\['majority_accuracy'\\]; run the recipe again"):
+    with pytest.raises(results.ResultsError, match="missing \\['majority_accuracy'\\]\\); run the recipe again"):
         results.load("mnist-cnn", str(tmp_path))
     process = run_invoke("results", "mnist-cnn", "--from", str(tmp_path))
     assert process.returncode != 0 and "Traceback" not in process.stderr
