@@ -117,7 +117,7 @@ def test_make_fixture_refuses_an_out_that_is_a_file(tmp_path):
     out.write_text("mine\n")
     process = subprocess.run([sys.executable, "recipes/cityscapes-unet/make_fixture.py", "--out", str(out)], cwd=REPO,
                              capture_output=True, text=True, timeout=60)
-    assert process.returncode == 2 and f"--out {out} is not a folder" in process.stderr, process.stderr
+    assert process.returncode == 2 and f"--out {out} is a file, not a folder" in process.stderr, process.stderr
     assert "Traceback" not in process.stderr and out.read_text() == "mine\n"
 
 
