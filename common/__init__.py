@@ -50,4 +50,4 @@ script, directly or through another, or started as `python -m tf_recipes.NAME`):
 - `constraints`: prints a stack's pip constraints, shipped in the library as `tf_recipes.stacks`
   (the files of the repository's stacks/), for the recipe images (`python -m tf_recipes.constraints STACK`).
 """
-__version__ = "0.3.0"
+__version__ = "0.2.0"
