@@ -9,14 +9,15 @@ rendered from them (and, for mnist-cnn, from the kept time-to-accuracy benchmark
 docs/bench/mnist-cnn/time-to-accuracy.json). A unit test renders it again and compares: the section
 is never edited by hand.
 
-Everything but `plot` and `keep` is pure.
+Everything but `plot` and `keep` is pure; `keep` writes each file whole or not at all (tf_recipes.atomic).
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import textwrap
+
+from tf_recipes.atomic import write_atomically
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_BEGIN = "<!-- results: written by `invoke results RECIPE` from docs/results/RECIPE; do not edit -->"
@@ -267,11 +268,11 @@ def keep(recipe: str, run_dir: str) -> str:
     folder = kept_dir(recipe)
     os.makedirs(folder, exist_ok=True)
     if os.path.abspath(run_dir) != os.path.abspath(folder):
-        shutil.copyfile(os.path.join(run_dir, "results.json"), os.path.join(folder, "results.json"))
+        with open(os.path.join(run_dir, "results.json"), "rb") as handle:
+            write_atomically(os.path.join(folder, "results.json"), handle.read())
     plot(recipe, results, os.path.join(folder, "curve.png"))
     readme = os.path.join(ROOT, "recipes", recipe, "README.md")
     with open(readme) as handle:
         text = splice(handle.read(), render(recipe, results, benchmark), readme)
-    with open(readme, "w") as handle:
-        handle.write(text)
+    write_atomically(readme, text)
     return readme

@@ -116,20 +116,23 @@ class Curve:
         """What curve.json holds at a checkpoint of `step`."""
         return {"step": step, "seconds": self.seconds(), "points": self.points}
 
-    def restore(self, step: int, read) -> None:
+    def restore(self, step: int, read) -> str | None:
         """Continue the curve of the checkpoint at `step`: its points up to that step and the time it
-        had taken. `read(path)` returns the parsed file (or raises OSError/ValueError)."""
+        had taken. `read(path)` returns the parsed file (or raises OSError/ValueError). Returns the line
+        to print when curve.json cannot be read: the run goes on without the earlier points."""
         try:
             saved = read(self.path)
         except FileNotFoundError:
-            return
-        except (OSError, ValueError):
-            return  # a damaged curve.json costs the earlier points, not the run
+            return None
+        except (OSError, ValueError) as error:
+            return (f"{self.path} cannot be read ({type(error).__name__}); the learning curve starts again at "
+                    f"step {step}, without the points before it")
         points = [p for p in saved.get("points", []) if p.get("step", math.inf) <= step]
         self.points = points
         self.earlier_seconds = float(saved.get("seconds", 0.0)) if saved.get("step") == step else (
             max((p["seconds"] for p in points), default=0.0))
         self._find_target()
+        return None
 
 
 def read_json(path: str) -> dict:

@@ -233,7 +233,9 @@ class Trainer:
         self.checkpoints.track(model, optimizer, self.step)
         self.start_step = self.checkpoints.restore()
         if self.start_step:  # the curve goes on from the restored step, and so does the time to target
-            self.curve.restore(self.start_step, evaluating.read_json)
+            lost = self.curve.restore(self.start_step, evaluating.read_json)
+            if lost:
+                log(self.launcher, lost)
         self.launcher.prepare(model, optimizer)  # Distributed: every replica starts from one state
 
     # -- training ----------------------------------------------------------------------------------

@@ -78,9 +78,10 @@ def test_a_missing_or_damaged_curve_starts_empty(tmp_path):
     curve = Curve(str(tmp_path), global_batch=8)
     curve.restore(10, evaluation.read_json)
     assert curve.points == [] and curve.earlier_seconds == 0.0
+    assert curve.restore(10, evaluation.read_json) is None
     (tmp_path / evaluation.CURVE_FILE).write_text("{not json")
-    curve.restore(10, evaluation.read_json)
-    assert curve.points == []
+    said = curve.restore(10, evaluation.read_json)
+    assert curve.points == [] and "cannot be read" in said and "without the points before it" in said
 
 
 def test_process_seconds_counts_from_the_process_start():
