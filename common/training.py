@@ -188,6 +188,8 @@ class Trainer:
         if self.max_steps:
             self.total_steps = min(self.total_steps, self.max_steps)
         self.start_step = 0
+        # The step training has reached; a Trainer that only evaluates (no setup) evaluates at step 0
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.precision = keras.mixed_precision.global_policy().name  # configure_precision has set it
         if self.loss_scale_initial != LOSS_SCALE_INITIAL and self.precision != "mixed_float16":
             raise UserError(f"--loss-scale-initial {self.loss_scale_initial:g} applies only to float16 loss scaling, "
@@ -229,7 +231,6 @@ class Trainer:
                                                                 dynamic_growth_steps=LOSS_SCALE_GROWTH_STEPS)
             optimizer.build(model.trainable_variables)
         self.model, self.optimizer = model, optimizer
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.checkpoints.track(model, optimizer, self.step)
         self.start_step = self.checkpoints.restore()
         if self.start_step:  # the curve goes on from the restored step, and so does the time to target
