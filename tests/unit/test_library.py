@@ -61,8 +61,10 @@ def test_pip_install_puts_only_tf_recipes_into_a_fresh_venv(tmp_path):
 
 
 def test_the_version_has_its_changelog_entry():
+    """The newest version's entry comes first, after at most one `## Unreleased` (what the next release holds)."""
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     headings = [line[3:].strip() for line in (REPO / "CHANGELOG.md").read_text().splitlines()
                 if line.startswith("## ")]
-    assert headings and headings[0] == declared, \
-        f"CHANGELOG.md's newest entry is {headings[:1]}, pyproject.toml says {declared}: add its entry"
+    released = headings[1:] if headings[:1] == ["Unreleased"] else headings
+    assert released and released[0] == declared, \
+        f"CHANGELOG.md's newest entry is {released[:1]}, pyproject.toml says {declared}: add its entry"

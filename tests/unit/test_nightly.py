@@ -270,8 +270,9 @@ def test_a_rerun_of_the_same_night_replaces_its_history_record(tmp_path):
 # What the cpu tier's matrix has gained since the kept night ran (at 9077470), written out so that nothing
 # else can change unseen: the mnist-cnn cells' arguments that keep them on that night's settings (float32 at
 # a constant 1e-3, mnist-cnn's defaults until 24207b2 made them bfloat16 and a cosine schedule peaking at
-# 3e-3), so the flags differ and the training does not; and the quality cells, which no kept night has run
-# yet. The next kept cpu night (invoke nightly --tier cpu) empties both.
+# 3e-3), so the flags differ and the training does not; and the quality cells, which a night of their own ran
+# (docs/nightly/cpu-quality, the test after the next). The next kept cpu night (invoke nightly --tier cpu)
+# empties both.
 ARGS_SINCE_THE_KEPT_NIGHT = {"mnist-cnn": ["--no-amp", "--lr-schedule", "constant", "--lr", "0.001"]}
 CELLS_SINCE_THE_KEPT_NIGHT = {"mnist-cnn/quality/docker/cpu", "cassava-resnet/quality/docker/cpu",
                               "cityscapes-unet/quality/docker/cpu"}
@@ -311,6 +312,29 @@ def test_the_kept_night_is_a_whole_green_cpu_night_of_todays_matrix_but_for_what
     readme = [e["id"] for e in report["entries"] if e["kind"] == "readme"]
     assert readme == [c.id for c in nightly.readme_commands(MATRIX, "cpu")]
     assert report["passed"] and all(e["status"] == "pass" for e in report["entries"])
+
+
+def test_the_quality_cells_of_todays_matrix_ran_green_in_a_kept_night():
+    """docs/nightly/cpu-quality: `invoke nightly --tier cpu --only quality`, as it wrote it: the cells named
+    since the full night, each with today's command and floor, each at or above it, and its summary and JUnit
+    file what the renderers make of it."""
+    import json
+
+    kept = REPO / "docs" / "nightly" / "cpu-quality"
+    report = json.loads((kept / "report.json").read_text())
+    quality = {c.id: c for c in nightly.expand(MATRIX, "cpu") if c.kind == "quality"}
+    entries = {e["id"]: e for e in report["entries"]}
+    assert report["tier"] == "cpu" and report["passed"] and sorted(entries) == sorted(quality)
+    assert set(quality) == CELLS_SINCE_THE_KEPT_NIGHT
+    for cell_id, cell in quality.items():
+        entry = entries[cell_id]
+        command = entry["command"]
+        folder = {flag: command[command.index(flag) + 1] for flag in ("--results-dir", "--data-dir")}
+        assert command == nightly.cell_command(cell, folder["--results-dir"], folder["--data-dir"], ("invoke",))
+        assert (entry["metric"], entry["floor"]) == cell.quality, "re-run: invoke nightly --tier cpu --only quality"
+        assert entry["status"] == "pass" and entry["value"] >= entry["floor"]
+    assert nightly_report.render_summary(report) == (kept / "summary.md").read_text()
+    assert nightly_report.render_junit(report) == (kept / "junit.xml").read_text()
 
 
 def test_the_kept_summary_and_junit_file_are_what_the_renderers_make_of_the_kept_report(tmp_path):
