@@ -2,12 +2,13 @@
 
     invoke results RECIPE --data-dir DIR        train the recipe's documented run, keep it, write the section
     invoke results RECIPE --from RESULTS_DIR    the section from a run already made (its results.json)
+    invoke results mnist-cnn --data-dir DIR --launcher mirrored   the same run on 2 replicas (a row of its own)
 
 The kept run is docs/results/RECIPE/results.json, exactly as the recipe wrote it, and its learning
-curve docs/results/RECIPE/curve.png; the README's section between RESULTS_BEGIN and RESULTS_END is
-rendered from them (and, for mnist-cnn, from the kept time-to-accuracy benchmark,
-docs/bench/mnist-cnn/time-to-accuracy.json). A unit test renders it again and compares: the section
-is never edited by hand.
+curve docs/results/RECIPE/curve.png; a run under another launcher is docs/results/RECIPE/LAUNCHER/
+results.json. The README's section between RESULTS_BEGIN and RESULTS_END is rendered from them (and,
+for mnist-cnn, from the kept time-to-accuracy benchmark, docs/bench/mnist-cnn/time-to-accuracy.json).
+A unit test renders it again and compares: the section is never edited by hand.
 
 Everything but `plot` and `keep` is pure; `keep` writes each file whole or not at all (tf_recipes.atomic).
 """
@@ -36,6 +37,9 @@ RECIPES = {
         "licence": "MNIST is by Yann LeCun, Corinna Cortes and Christopher J.C. Burges, made available under "
                    "the Creative Commons Attribution-Share Alike 3.0 licence.",
         "benchmark": "docs/bench/mnist-cnn/time-to-accuracy.json",
+        # The same run on 2 replicas: half the batch on each keeps the global batch of 128, and so the same
+        # steps, schedule and data order as one device
+        "replicated": {"replicas": 2, "args": ["--batch-size", "64"]},
         "not_here": "No GPU here: on one, `invoke run mnist-cnn --gpus 1 --data-dir DIR` measures the same "
                     "figures (a bare `--amp` there is float16 with loss scaling).",
     },
@@ -82,8 +86,11 @@ class ResultsError(ValueError):
     """A results.json that cannot make the section; the message names it and what is missing."""
 
 
-def kept_dir(recipe: str) -> str:
-    return os.path.join(ROOT, "docs", "results", recipe)
+LAUNCHERS = ("mirrored", "multiworker", "horovod")  # a replicated run's launchers, in the table's order
+
+
+def kept_dir(recipe: str, launcher: str | None = None) -> str:
+    return os.path.join(ROOT, "docs", "results", recipe, *([launcher] if launcher else []))
 
 
 def check_results(results: dict, recipe: str, source: str) -> None:
@@ -98,13 +105,14 @@ def check_results(results: dict, recipe: str, source: str) -> None:
 
 
 def flags_of(command: list[str]) -> str:
-    """The train.py flags of a run's command line, with folders and the launcher left out."""
+    """The train.py flags of a run's command line, with folders, the launcher and the replicas left out
+    (the table's launcher and replicas columns)."""
     shown, skip = [], False
     for arg in command[1:]:
         if skip:
             skip = False
             continue
-        if arg in ("--data-dir", "--results-dir", "--launcher"):  # folders, and the table's launcher column
+        if arg in ("--data-dir", "--results-dir", "--launcher", "--cpu-replicas"):
             skip = True
             continue
         shown.append(arg)
@@ -125,12 +133,33 @@ def machine_of(results: dict) -> str:
             + (f", load {load[1]:.1f} (5 min) at the end" if load else ""))
 
 
-def render(recipe: str, results: dict, benchmark: dict | None = None) -> str:
-    """The README's Results section (without its markers) from a run's results.json and, for mnist-cnn,
-    the time-to-accuracy report."""
+def run_args(recipe: str, data_dir: str, results_dir: str, launcher: str | None = None) -> list[str]:
+    """`invoke run RECIPE`'s arguments for the documented run into `results_dir`; with `launcher`, the same
+    run on more replicas, with the flags that keep it the same run."""
     spec = RECIPES[recipe]
+    args = [os.path.abspath(data_dir) if arg == "DIR" else arg for arg in spec["run"]]
+    where = args.index("--data-dir")
+    args[where + 2:where + 2] = ["--results-dir", results_dir]
+    if launcher:
+        args[where:where] = ["--launcher", launcher, "--cpu-replicas", str(spec["replicated"]["replicas"])]
+        args += ([] if "--" in args else ["--"]) + spec["replicated"]["args"]
+    return args
+
+
+def row(spec: dict, results: dict) -> str:
+    """One run's line of the table."""
     metrics = results["final_metrics"][spec["split"]]
-    metric, (baseline_key, baseline_says) = spec["metric"], spec["baseline"]
+    return (f"| {spec['name']} | `{flags_of(results.get('command', []))}` | {results['launcher']} | "
+            f"{results['replicas']} | {results['steps']} | {minutes(results.get('wall_seconds'))} | "
+            f"{minutes(results.get('time_to_target')) if results.get('target') else '—'} | "
+            f"**{metrics[spec['metric']]:.4f}** | {metrics[spec['baseline'][0]]:.4f} | {machine_of(results)} |")
+
+
+def render(recipe: str, results: dict, benchmark: dict | None = None, replicated: tuple[dict, ...] = ()) -> str:
+    """The README's Results section (without its markers) from a run's results.json, the same run under
+    other launchers (`replicated`) and, for mnist-cnn, the time-to-accuracy report."""
+    spec = RECIPES[recipe]
+    metric, baseline_says = spec["metric"], spec["baseline"][1]
     lines = [
         prose(f"Measured here with `invoke results {recipe}`, which trains the run below, keeps its `results.json` "
               f"in [docs/results/{recipe}](../../docs/results/{recipe}) and writes this section. Data: {spec['data']}. "
@@ -139,43 +168,28 @@ def render(recipe: str, results: dict, benchmark: dict | None = None) -> str:
         "| data | flags | launcher | replicas | steps | wall time | time to target | "
         f"{spec['split']} {metric} | baseline | machine |",
         "|---|---|---|---|---|---|---|---|---|---|",
-        f"| {spec['name']} | `{flags_of(results.get('command', []))}` | {results['launcher']} | "
-        f"{results['replicas']} | {results['steps']} | {minutes(results.get('wall_seconds'))} | "
-        f"{minutes(results.get('time_to_target')) if results.get('target') else '—'} | "
-        f"**{metrics[metric]:.4f}** | {metrics[baseline_key]:.4f} | {machine_of(results)} |",
+        row(spec, results),
+        *(row(spec, other) for other in replicated),
     ]
-    lines += per_category_lines(results, metrics)
-    if benchmark:
-        median, rounds = benchmark["median"], benchmark["rounds"]
-        target = benchmark["target_accuracy"]
-        lines += [
-            f"| {spec['name']} | keras-io-style script, 15 epochs (`ci/bench/mnist_baseline.py`) | "
-            f"— | 1 | — | {minutes(median['baseline_wall_seconds'])} | — | {median['baseline_test_accuracy']:.4f} "
-            f"| — | same machine, same hour |",
-            f"| {spec['name']} | `--target accuracy={target}` | single | 1 | "
-            f"{rounds[-1]['recipe']['target_step']} | {minutes(median['recipe_wall_seconds'])} | "
-            f"{minutes(median['recipe_time_to_target'])} | "
-            f"{statistics_median([r['recipe']['test_accuracy'] for r in rounds]):.4f} | — | same machine, same hour |",
-        ]
+    lines += per_category_lines(results, results["final_metrics"][spec["split"]])
+    rows, measured = benchmark_lines(spec, benchmark) if benchmark else ([], [])
+    lines += rows
     lines += [
         "",
         prose(f"The baseline is {baseline_says}, on the same {spec['split']} split. Time to target counts from the "
               "process's start (TensorFlow's import and the data included) to the first evaluation at the target. "
               "The load average is the machine's: other work on it slows a run down."),
     ]
-    if benchmark:
-        median = benchmark["median"]
+    if replicated:
         lines += [
             "",
-            prose(f"Time to keras-io's {benchmark['target_accuracy']:.2%} (its published test accuracy): the recipe's "
-            f"defaults with `--target accuracy={benchmark['target_accuracy']}` took "
-            f"{median['recipe_wall_seconds']:.0f} s as a whole process, the keras-io-style script "
-            f"{median['baseline_wall_seconds']:.0f} s for its 15 epochs (reaching "
-            f"{median['baseline_test_accuracy']:.2%}), a ratio of {median['recipe_over_baseline']:.2f} (the median "
-            f"of {len(benchmark['rounds'])} interleaved rounds; the worst {median['recipe_over_baseline_worst']:.2f}). "
-            "Measured with `python -m ci.bench.time_to_accuracy --data-dir DIR --rounds "
-            f"{len(benchmark['rounds'])} --json {spec['benchmark']}`."),
+            prose(f"Under {', '.join(r['launcher'] for r in replicated)}, {spec['replicated']['replicas']} replicas "
+                  f"on the same CPU, with `{' '.join(spec['replicated']['args'])}` (the same global batch, and so the "
+                  "same steps, schedule and data order as one device): each row measured with "
+                  f"`invoke results {recipe} --data-dir DIR --launcher LAUNCHER`, kept in "
+                  f"docs/results/{recipe}/LAUNCHER."),
         ]
+    lines += measured
     lines += [
         "",
         f"![{recipe} learning curve](../../docs/results/{recipe}/curve.png)",
@@ -183,6 +197,30 @@ def render(recipe: str, results: dict, benchmark: dict | None = None) -> str:
         prose(spec["not_here"]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def benchmark_lines(spec: dict, benchmark: dict) -> tuple[list[str], list[str]]:
+    """mnist-cnn's time-to-accuracy report: its two rows of the table, and the paragraph that says it."""
+    median, rounds = benchmark["median"], benchmark["rounds"]
+    target = benchmark["target_accuracy"]
+    rows = [
+        f"| {spec['name']} | keras-io-style script, 15 epochs (`ci/bench/mnist_baseline.py`) | "
+        f"— | 1 | — | {minutes(median['baseline_wall_seconds'])} | — | {median['baseline_test_accuracy']:.4f} "
+        f"| — | same machine, same hour |",
+        f"| {spec['name']} | `--target accuracy={target}` | single | 1 | "
+        f"{rounds[-1]['recipe']['target_step']} | {minutes(median['recipe_wall_seconds'])} | "
+        f"{minutes(median['recipe_time_to_target'])} | "
+        f"{statistics_median([r['recipe']['test_accuracy'] for r in rounds]):.4f} | — | same machine, same hour |",
+    ]
+    paragraph = prose(
+        f"Time to keras-io's {target:.2%} (its published test accuracy): the recipe's defaults with `--target "
+        f"accuracy={target}` took {median['recipe_wall_seconds']:.0f} s as a whole process, the keras-io-style "
+        f"script {median['baseline_wall_seconds']:.0f} s for its 15 epochs (reaching "
+        f"{median['baseline_test_accuracy']:.2%}), a ratio of {median['recipe_over_baseline']:.2f} (the median "
+        f"of {len(rounds)} interleaved rounds; the worst {median['recipe_over_baseline_worst']:.2f}). "
+        f"Measured with `python -m ci.bench.time_to_accuracy --data-dir DIR --rounds {len(rounds)} --json "
+        f"{spec['benchmark']}`.")
+    return rows, ["", paragraph]
 
 
 def per_category_lines(results: dict, metrics: dict) -> list[str]:
@@ -216,6 +254,18 @@ def splice(readme: str, section: str, path: str) -> str:
     return f"{head}{RESULTS_BEGIN}\n{section}{RESULTS_END}{tail}"
 
 
+def load_replicated(recipe: str) -> tuple[dict, ...]:
+    """The kept runs of `recipe` under other launchers (docs/results/RECIPE/LAUNCHER), in LAUNCHERS' order."""
+    return tuple(load(recipe, kept_dir(recipe, launcher))[0] for launcher in LAUNCHERS
+                 if os.path.exists(os.path.join(kept_dir(recipe, launcher), "results.json")))
+
+
+def section(recipe: str) -> str:
+    """The README's Results section from everything kept in docs/results/RECIPE."""
+    results, benchmark = load(recipe, kept_dir(recipe))
+    return render(recipe, results, benchmark, load_replicated(recipe))
+
+
 def load(recipe: str, folder: str) -> tuple[dict, dict | None]:
     """The kept results.json of `recipe` in `folder`, and its benchmark report if it has one."""
     path = os.path.join(folder, "results.json")
@@ -233,7 +283,11 @@ def load(recipe: str, folder: str) -> tuple[dict, dict | None]:
     return results, benchmark
 
 
-def plot(recipe: str, results: dict, path: str) -> None:
+def replicas_label(results: dict) -> str:
+    return f"{results['launcher']}, {results['replicas']} replica{'s' if results['replicas'] > 1 else ''}"
+
+
+def plot(recipe: str, results: dict, path: str, replicated: tuple[dict, ...] = ()) -> None:
     """The learning curve: the held-out metric against wall seconds, with the baseline and any target."""
     import matplotlib
     matplotlib.use("Agg")  # no display: files only
@@ -244,7 +298,10 @@ def plot(recipe: str, results: dict, path: str) -> None:
     curve = results["curve"]
     figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     values = [p[metric] for p in curve]
-    axis.plot([p["seconds"] for p in curve], values, marker="o", label=f"{spec['split']} {metric}")
+    axis.plot([p["seconds"] for p in curve], values, marker="o", label=replicas_label(results))
+    for other in replicated:  # the same run under other launchers
+        axis.plot([p["seconds"] for p in other["curve"]], [p[metric] for p in other["curve"]], marker=".",
+                  linewidth=0.8, label=replicas_label(other))
     baseline = results["final_metrics"][spec["split"]][baseline_key]
     low = min(values + [baseline]) if baseline >= min(values) - (max(values) - min(values) + 0.01) else None
     if low is None:  # far below the curve: named, not drawn, so that the curve keeps its detail
@@ -252,7 +309,7 @@ def plot(recipe: str, results: dict, path: str) -> None:
     else:
         axis.axhline(baseline, color="grey", linestyle=":", label=f"baseline ({baseline_key}): {baseline:.4f}")
     axis.set_xlabel("wall seconds since the start")
-    axis.set_ylabel(metric)
+    axis.set_ylabel(f"{spec['split']} {metric}")
     axis.set_title(f"{recipe}: {flags_of(results.get('command', []))}", fontsize=9)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
@@ -261,18 +318,23 @@ def plot(recipe: str, results: dict, path: str) -> None:
     plt.close(figure)
 
 
-def keep(recipe: str, run_dir: str) -> str:
-    """Copy `run_dir`'s results.json into docs/results/RECIPE, draw its curve and write the README's
-    section; returns the README's path."""
-    results, benchmark = load(recipe, run_dir)
-    folder = kept_dir(recipe)
+def keep(recipe: str, run_dir: str, launcher: str | None = None) -> str:
+    """Copy `run_dir`'s results.json into docs/results/RECIPE (a run under another launcher: into
+    docs/results/RECIPE/LAUNCHER), draw the curves and write the README's section; returns the README's path."""
+    results, _ = load(recipe, run_dir)
+    if launcher and (results["launcher"], results["replicas"]) != (launcher, RECIPES[recipe]["replicated"]["replicas"]):
+        raise ResultsError(f"{run_dir}/results.json is a run of {results['launcher']} on {results['replicas']} "
+                           f"replica(s), not of {launcher} on {RECIPES[recipe]['replicated']['replicas']}")
+    folder = kept_dir(recipe, launcher)
     os.makedirs(folder, exist_ok=True)
     if os.path.abspath(run_dir) != os.path.abspath(folder):
         with open(os.path.join(run_dir, "results.json"), "rb") as handle:
             write_atomically(os.path.join(folder, "results.json"), handle.read())
-    plot(recipe, results, os.path.join(folder, "curve.png"))
+    results, benchmark = load(recipe, kept_dir(recipe))
+    replicated = load_replicated(recipe)
+    plot(recipe, results, os.path.join(kept_dir(recipe), "curve.png"), replicated)
     readme = os.path.join(ROOT, "recipes", recipe, "README.md")
     with open(readme) as handle:
-        text = splice(handle.read(), render(recipe, results, benchmark), readme)
+        text = splice(handle.read(), render(recipe, results, benchmark, replicated), readme)
     write_atomically(readme, text)
     return readme

@@ -127,10 +127,12 @@ def nightly(c, tier="smoke", only=None, history=None, out=None, matrix="ci/night
         "recipe": "recipe folder name under recipes/ (mnist-cnn, cityscapes-unet, cassava-resnet)",
         "data-dir": "the data of the recipe's documented run (its README's Results section says which)",
         "from": "a results folder of that run, already made: keep its results.json, train nothing",
+        "launcher": "the same run under mirrored, multiworker or horovod, on 2 replicas (mnist-cnn): a row of "
+                    "its own, kept in docs/results/RECIPE/LAUNCHER",
         "dry": "print the training command, run nothing",
     },
 )
-def results(c, recipe, data_dir=None, from_=None, dry=False):
+def results(c, recipe, data_dir=None, from_=None, launcher=None, dry=False):
     """Train RECIPE's documented run, keep its results.json and curve in docs/results/RECIPE, and write the
     Results section of its README (the table and the learning curve)."""
     from ci import results as kept
@@ -138,6 +140,10 @@ def results(c, recipe, data_dir=None, from_=None, dry=False):
     host.check_recipe(recipe, "results")
     if recipe not in kept.RECIPES:
         host.fail(f"{recipe} has no documented results run (ci/results.py RECIPES: {', '.join(kept.RECIPES)})")
+    replicated = kept.RECIPES[recipe].get("replicated")
+    if launcher and not (replicated and launcher in kept.LAUNCHERS):
+        host.fail(f"--launcher {launcher}: {recipe}'s Results have runs under "
+                  + (f"{', '.join(kept.LAUNCHERS)} (or none, for one device)" if replicated else "one device only"))
     if not from_:
         if not data_dir:
             host.fail(f"invoke results {recipe}: give --data-dir (the data of its documented run) or --from "
@@ -146,18 +152,17 @@ def results(c, recipe, data_dir=None, from_=None, dry=False):
         if problem:
             host.fail(problem)
         from_ = os.path.join(host.ROOT, "results", "results", f"{recipe}-{host.stamp()}")
-        argv = [sys.executable, "-m", "invoke", "run", recipe,
-                *[os.path.abspath(data_dir) if arg == "DIR" else arg for arg in kept.RECIPES[recipe]["run"]]]
-        argv[argv.index("--data-dir") + 2:argv.index("--data-dir") + 2] = ["--results-dir", from_]
+        argv = [sys.executable, "-m", "invoke", "run", recipe, *kept.run_args(recipe, data_dir, from_, launcher)]
         status = host.execute(argv, dry=dry)
         if dry:
-            print(f"would keep {from_}/results.json in docs/results/{recipe} and write recipes/{recipe}/README.md's "
-                  "Results section")
+            print(f"would keep {from_}/results.json in {os.path.relpath(kept.kept_dir(recipe, launcher), host.ROOT)} "
+                  f"and write recipes/{recipe}/README.md's Results section")
             return
         if status not in (0, contract.EXIT_TARGET_MISSED):
             raise Exit(f"invoke results {recipe}: the run failed with status {status}", code=status)
     try:
-        readme = kept.keep(recipe, from_)
+        readme = kept.keep(recipe, from_, launcher)
     except kept.ResultsError as error:
         host.fail(str(error))
-    print(f"kept docs/results/{recipe}/results.json and curve.png; wrote the Results section of {readme}")
+    print(f"kept {os.path.relpath(kept.kept_dir(recipe, launcher), host.ROOT)}/results.json, drew "
+          f"docs/results/{recipe}/curve.png and wrote the Results section of {readme}")

@@ -12,9 +12,8 @@ from helpers import REPO, run_invoke
 
 @pytest.mark.parametrize("recipe", sorted(results.RECIPES))
 def test_the_readme_section_is_rendered_from_the_kept_run(recipe):
-    kept, benchmark = results.load(recipe, results.kept_dir(recipe))
     readme = (REPO / "recipes" / recipe / "README.md").read_text()
-    assert results.splice(readme, results.render(recipe, kept, benchmark), "README") == readme, (
+    assert results.splice(readme, results.section(recipe), "README") == readme, (
         f"recipes/{recipe}/README.md's Results section differs from the kept run: run `invoke results {recipe} "
         f"--from docs/results/{recipe}`")
     assert (REPO / "docs" / "results" / recipe / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -22,13 +21,34 @@ def test_the_readme_section_is_rendered_from_the_kept_run(recipe):
 
 @pytest.mark.parametrize("recipe", sorted(results.RECIPES))
 def test_the_kept_run_is_a_whole_run_on_held_out_data_above_its_baseline(recipe):
-    kept, _ = results.load(recipe, results.kept_dir(recipe))
+    main, _ = results.load(recipe, results.kept_dir(recipe))
     spec = results.RECIPES[recipe]
-    final = kept["final_metrics"][spec["split"]]
-    assert kept["replicas_in_sync"] and kept["steps"] == kept["curve"][-1]["step"]
-    assert "--synthetic" not in kept["command"] and "--max-steps" not in kept["command"]
-    assert final[spec["metric"]] == kept["curve"][-1][spec["metric"]]
-    assert final[spec["metric"]] > final[spec["baseline"][0]]
+    for kept in (main, *results.load_replicated(recipe)):
+        final = kept["final_metrics"][spec["split"]]
+        assert kept["replicas_in_sync"] and kept["steps"] == kept["curve"][-1]["step"]
+        assert "--synthetic" not in kept["command"] and "--max-steps" not in kept["command"]
+        assert final[spec["metric"]] == kept["curve"][-1][spec["metric"]]
+        assert final[spec["metric"]] > final[spec["baseline"][0]]
+
+
+def test_mnist_cnn_reaches_99_2_percent_under_every_launcher_on_2_replicas():
+    """The same run as one device's (the global batch, the steps), under each launcher of LAUNCHERS."""
+    single, _ = results.load("mnist-cnn", results.kept_dir("mnist-cnn"))
+    replicated = results.load_replicated("mnist-cnn")
+    assert [kept["launcher"] for kept in replicated] == list(results.LAUNCHERS)
+    for kept in replicated:
+        assert (kept["replicas"], kept["global_batch"], kept["steps"]) == (2, 128, single["steps"])
+        assert kept["final_metrics"]["test"]["accuracy"] >= 0.992, kept["launcher"]
+        assert f"| {kept['launcher']} | 2 | {kept['steps']} |" in results.section("mnist-cnn")
+
+
+def test_the_replicated_run_is_the_documented_run_on_more_replicas(tmp_path):
+    one = results.run_args("mnist-cnn", "data", "out")
+    two = results.run_args("mnist-cnn", "data", "out", "horovod")
+    assert two == [*one[:one.index("--data-dir")], "--launcher", "horovod", "--cpu-replicas", "2",
+                   *one[one.index("--data-dir"):], "--", "--batch-size", "64"]
+    with pytest.raises(results.ResultsError, match="is a run of single on 1 replica"):
+        results.keep("mnist-cnn", results.kept_dir("mnist-cnn"), "mirrored")
 
 
 def test_mnist_cnn_s_kept_run_is_its_defaults_and_reaches_99_2_percent():
@@ -61,6 +81,8 @@ def test_a_readme_without_its_markers_is_refused():
 def test_flags_leave_the_folders_out():
     assert results.flags_of(["train.py", "--data-dir", "/d", "--results-dir", "/r"]) == "(defaults)"
     assert results.flags_of(["train.py", "--data-dir", "/d", "--preset", "cpu"]) == "--preset cpu"
+    assert results.flags_of(["train.py", "--launcher", "mirrored", "--batch-size", "64", "--cpu-replicas", "2"]) \
+        == "--batch-size 64"
 
 
 def test_invoke_results_dry_prints_the_documented_run(tmp_path):
