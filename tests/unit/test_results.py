@@ -92,3 +92,16 @@ def test_invoke_results_dry_prints_the_documented_run(tmp_path):
     assert "-- --preset cpu" in process.stdout and "would keep" in process.stdout
     missing = run_invoke("results", "mnist-cnn")
     assert missing.returncode != 0 and "give --data-dir" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_invoke_results_launcher_dry_prints_the_run_on_2_replicas(tmp_path):
+    process = run_invoke("results", "mnist-cnn", "--data-dir", str(tmp_path), "--launcher", "horovod", "--dry")
+    assert process.returncode == 0, process.stderr
+    run = "invoke run mnist-cnn --gpus 0 --runtime local --launcher horovod --cpu-replicas 2 --data-dir"
+    assert run in process.stdout
+    assert process.stdout.rstrip().endswith("Results section") and "-- --batch-size 64" in process.stdout
+    assert "in docs/results/mnist-cnn/horovod" in process.stdout
+    refused = run_invoke("results", "cityscapes-unet", "--data-dir", str(tmp_path), "--launcher", "horovod", "--dry")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "--launcher horovod: cityscapes-unet's Results have runs under one device only" in refused.stderr
+
