@@ -42,13 +42,19 @@ def test_mnist_cnn_reaches_99_2_percent_under_every_launcher_on_2_replicas():
         assert f"| {kept['launcher']} | 2 | {kept['steps']} |" in results.section("mnist-cnn")
 
 
-def test_the_replicated_run_is_the_documented_run_on_more_replicas(tmp_path):
+def test_the_replicated_run_is_the_documented_run_on_more_replicas(tmp_path, monkeypatch):
     one = results.run_args("mnist-cnn", "data", "out")
     two = results.run_args("mnist-cnn", "data", "out", "horovod")
     assert two == [*one[:one.index("--data-dir")], "--launcher", "horovod", "--cpu-replicas", "2",
                    *one[one.index("--data-dir"):], "--", "--batch-size", "64"]
+    # A one-device run kept as a launcher's is refused; were it not, it would be written under tmp_path.
+    source = tmp_path / "single"
+    source.mkdir()
+    shutil.copyfile(results.kept_dir("mnist-cnn") + "/results.json", source / "results.json")
+    monkeypatch.setattr(results, "ROOT", str(tmp_path / "repository"))
     with pytest.raises(results.ResultsError, match="is a run of single on 1 replica"):
-        results.keep("mnist-cnn", results.kept_dir("mnist-cnn"), "mirrored")
+        results.keep("mnist-cnn", str(source), "mirrored")
+    assert not (tmp_path / "repository").exists()
 
 
 def test_mnist_cnn_s_kept_run_is_its_defaults_and_reaches_99_2_percent():
