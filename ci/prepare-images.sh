@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the images the container tests use, ahead of them: the debootstrap Debian base, the CPU base
-# (Horovod compiled in it), mnist-cnn's CPU image (the other recipes train in their images every
-# night, not on every push), and mnist-cnn's SIF when an `apptainer` runs.
+# (with the Horovod wheel ci/setup.sh --horovod compiled, else Horovod compiled in it), mnist-cnn's
+# CPU image (the other recipes train in their images every night, not on every push), and
+# mnist-cnn's SIF when an `apptainer` runs.
 # ci/test.sh starts it in the background while the first tests run, so the builds, which mostly
 # wait on downloads, overlap with training on the other core.
 #
@@ -35,8 +36,16 @@ step() {
 [ -x "$invoke" ] || { log "no $invoke: run bash ci/setup.sh first"; exit 2; }
 docker info >/dev/null 2>&1 || { log "no Docker engine answers: run bash ci/docker-engine.sh first"; exit 2; }
 
+# The Horovod wheel ci/setup.sh --horovod compiled for .venv, when there is one: the CPU base installs it
+# instead of compiling Horovod again (same Debian 12, Python 3.11, tensorflow-cpu 2.17.1 and OpenMPI).
+cpu_base=("$invoke" images.cpu)
+if wheel=$(bash ci/setup.sh --stack ngc-25.02 --print-horovod-wheel 2>/dev/null); then
+    cpu_base+=(--horovod-wheel "$wheel")
+else
+    log "cpu-base: no Horovod wheel built here (bash ci/setup.sh --horovod), so the image compiles Horovod"
+fi
 step cpu-base bash -c "{ docker image inspect tf-recipes/debian:bookworm >/dev/null 2>&1 || $invoke images.bootstrap; } \
-                       && $invoke images.cpu"
+                       && ${cpu_base[*]@Q}"
 step image-mnist-cnn "$invoke" build mnist-cnn --base cpu
 if apptainer version >/dev/null 2>&1; then
     # The same build, with the same compression, as tests/integration/test_apptainer.py's.

@@ -12,6 +12,8 @@
 #                                         # and OpenMPI; ~4 min the first time)
 #   bash ci/setup.sh --print-stack        # which stack it would pick; nothing else
 #   bash ci/setup.sh --print-compiler     # which C/C++ compilers Horovod would be built with; nothing else
+#   bash ci/setup.sh --print-horovod-wheel   # the Horovod wheel --horovod built for this stack and
+#                                         # TensorFlow wheel (for invoke images.cpu --horovod-wheel)
 #   bash ci/setup.sh --tensorflow gpu     # the CUDA build of TensorFlow even without an NVIDIA GPU here
 #
 # Which TensorFlow wheel: on a machine with an NVIDIA GPU (/proc/driver/nvidia/gpus/ lists one, or
@@ -52,12 +54,14 @@ venv=.venv
 with_horovod=0
 print_compiler=0
 print_stack=0
+print_horovod_wheel=0
 tensorflow_build=auto
 while [ $# -gt 0 ]; do
     case "$1" in
         --horovod) with_horovod=1 ;;
         --print-compiler) print_compiler=1 ;;
         --print-stack) print_stack=1 ;;
+        --print-horovod-wheel) print_horovod_wheel=1 ;;
         --stack|--venv|--tensorflow)
             [ $# -ge 2 ] || { echo "ci/setup.sh: $1 needs a value" >&2; exit 2; }
             case "$1" in --stack) stack=$2 ;; --venv) venv=$2 ;; *) tensorflow_build=$2 ;; esac
@@ -65,7 +69,7 @@ while [ $# -gt 0 ]; do
         --stack=*) stack=${1#--stack=} ;;
         --venv=*) venv=${1#--venv=} ;;
         --tensorflow=*) tensorflow_build=${1#--tensorflow=} ;;
-        *) echo "ci/setup.sh: unknown option $1 (known: --stack NAME, --venv DIR, --tensorflow gpu|cpu, --horovod, --print-stack, --print-compiler)" >&2
+        *) echo "ci/setup.sh: unknown option $1 (known: --stack NAME, --venv DIR, --tensorflow gpu|cpu, --horovod, --print-stack, --print-compiler, --print-horovod-wheel)" >&2
            exit 2 ;;
     esac
     shift
@@ -135,6 +139,21 @@ case "$tensorflow_build" in
 esac
 if [ "$tensorflow_build" = gpu ]; then tf_wheel=tensorflow tf_other=tensorflow-cpu; else tf_wheel=tensorflow-cpu tf_other=tensorflow; fi
 log "TensorFlow wheel $tf_wheel ($why)"
+# horovod_wheels: the folder the Horovod wheel is kept in (see the header); nothing when pip's cache is off.
+horovod_wheels() {
+    local cache
+    if cache=$("$venv/bin/python" -m pip cache dir 2>/dev/null) && [ -n "$cache" ]; then
+        echo "$cache/tf-recipes-wheels/horovod-0.28.1-$tf_wheel$tensorflow-py$python_version-gloo-mpi"
+    fi
+}
+if [ "$print_horovod_wheel" = 1 ]; then
+    grep -q '^horovod==' "stacks/$stack.txt" || die "stack $stack has no horovod launcher, so no Horovod wheel; use --stack ngc-25.02"
+    folder=$(horovod_wheels)
+    wheel=$(find "${folder:-/nonexistent}" -maxdepth 1 -name 'horovod-0.28.1-*.whl' 2>/dev/null | head -n 1 || true)
+    [ -n "$wheel" ] || die "no Horovod wheel was built here for stack $stack, $tf_wheel and Python $python_version; run bash ci/setup.sh --stack $stack --horovod"
+    echo "$wheel"
+    exit 0
+fi
 if [ "$with_horovod" = 1 ] && ! grep -q '^horovod==' "stacks/$stack.txt"; then
     die "--horovod: Horovod 0.28.1 does not build against TensorFlow $tensorflow, so stack $stack has no horovod launcher; use --stack ngc-25.02 (Python $(python_range ngc-25.02))"
 fi
@@ -192,10 +211,8 @@ if [ "$with_horovod" = 1 ]; then
         fi
         # The wheel's folder names what it was built with (see the header); with pip's cache disabled
         # (PIP_NO_CACHE_DIR) it is built into a temporary folder and not kept.
-        key="horovod-0.28.1-$tf_wheel$tensorflow-py$python_version-gloo-mpi"
-        if cache=$("$venv/bin/python" -m pip cache dir 2>/dev/null) && [ -n "$cache" ]; then
-            wheels="$cache/tf-recipes-wheels/$key"
-        else
+        wheels=$(horovod_wheels)
+        if [ -z "$wheels" ]; then
             wheels=$(mktemp -d)
             trap 'rm -rf "$wheels"' EXIT
         fi

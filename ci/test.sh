@@ -29,9 +29,9 @@
 #
 # Two pytest workers (pytest-xdist), one per core; tests/conftest.py says in which order they take
 # the test modules. The full run overlaps its set-up with work that does not need it: once .venv
-# exists, the unit tier runs beside the rest of the set-up (the engine, the SLURM cluster,
-# Apptainer, Horovod's compile), and the container tests' images build in the background
-# (ci/prepare-images.sh) until the integration tests need them. Every run ends with one line
+# exists, the unit tier runs beside the rest of the set-up (the engine, Horovod's compile, the SLURM
+# cluster, Apptainer), and the container tests' images build in the background (ci/prepare-images.sh,
+# with the Horovod wheel compiled here) until the integration tests need them. Every run ends with one line
 # of its time: wall clock, set-up, tests, and the CPU time of what it waited for (also appended to
 # $GITHUB_STEP_SUMMARY when that is set), so that growth shows on every CI run and every night; then
 # ci/reaper.py's line with the CPU time of everything the run started, daemons included.
@@ -106,16 +106,18 @@ else
         echo "[test] running the unit tier beside the set-up (log: build/ci/unit-tier.log, shown when it ends)" >&2
         paths=(tests/recipes tests/integration)
     fi
+    # If this script is stopped (a cancelled CI run), the unit tier and the image builds stop with it.
+    trap 'kill -- ${prepare:+-"$prepare"} ${unit:+-"$unit"} 2>/dev/null || true' EXIT
     bash ci/docker-engine.sh >/dev/null
+    # Horovod before the images: the CPU base installs the wheel compiled here rather than compiling
+    # Horovod a second time (ci/prepare-images.sh).
+    bash ci/setup.sh --stack ngc-25.02 --horovod
     # Its own process group (setsid), so that whatever it still runs when the tests end can be stopped.
     setsid bash ci/prepare-images.sh >build/ci/prepare-images.log 2>&1 &
     prepare=$!
-    # If this script is stopped (a cancelled CI run), the builds and the unit tier stop with it.
-    trap 'kill -- -"$prepare" ${unit:+-"$unit"} 2>/dev/null || true' EXIT
     echo "[test] building the test images in the background (log: build/ci/prepare-images.log)" >&2
     bash ci/slurm-cluster.sh
     bash ci/apptainer.sh
-    bash ci/setup.sh --stack ngc-25.02 --horovod
 fi
 setup=$((SECONDS - started))
 

@@ -8,11 +8,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 from invoke import Exit, task
 
 from commands import choices, containers, launch
-from tf_recipes import contract
+from tf_recipes import contract, user_paths
 from tasks import host
 
 # How a message names the folder SIFs go to: a setting, not a flag.
@@ -304,10 +305,52 @@ CPU_DOCKERFILES = {stack: dockerfile for (stack, kind), (dockerfile, _, _) in BA
 @task(help={"stack": "ngc-25.02 (images/cpu: TF 2.17.1, Horovod with Gloo and MPI) | current (images/current, target "
                      "cpu: the newest TF, tensorflow-cpu, no Horovod)",
             "base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",
+            "horovod-wheel": "ngc-25.02: install this Horovod 0.28.1 wheel instead of compiling Horovod (one that "
+                             "bash ci/setup.sh --horovod built on Debian 12 with Python 3.11 and tensorflow-cpu; "
+                             "bash ci/setup.sh --print-horovod-wheel names it)",
             "ca-bundle": "CA bundle for pip behind a TLS proxy", "dry": "print the command, run nothing"})
-def cpu(c, stack=contract.DEFAULT_STACK, base="debian", ca_bundle=None, dry=False):
+def cpu(c, stack=contract.DEFAULT_STACK, base="debian", horovod_wheel=None, ca_bundle=None, dry=False):
     """Build a stack's CPU base image (ngc-25.02: TF 2.17.1, Keras >= 3.8, Horovod with Gloo and MPI)."""
-    build_base_image(c, stack, "cpu", base, ca_bundle, dry)
+    build_base_image(c, stack, "cpu", base, ca_bundle, dry, horovod_wheel=horovod_wheel)
+
+
+# Where `invoke images.cpu --horovod-wheel` puts the wheel, in the base images' build context
+# (.dockerignore lets it in); images/cpu/Dockerfile installs it with HOROVOD=wheel.
+HOROVOD_WHEEL_DIR = os.path.join("build", "horovod-wheel")
+# The wheel images/cpu/Dockerfile can install: Horovod 0.28.1 for the image's Python, 3.11.
+HOROVOD_WHEEL_NAME = "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+
+
+def checked_horovod_wheel(path: str, stack: str) -> str:
+    """--horovod-wheel as an absolute path, once it names a wheel the CPU base can install; else one line, exit 2."""
+    if stack != contract.DEFAULT_STACK:
+        host.fail(f"--horovod-wheel: the {stack} stack's CPU base has no Horovod; drop the flag, or use "
+                  f"--stack {contract.DEFAULT_STACK}")
+    what = user_paths.what_is(path)
+    if what != user_paths.FILE:
+        host.fail(f"--horovod-wheel {path} {'does not exist' if what == user_paths.MISSING else 'is ' + what}; "
+                  "give the wheel bash ci/setup.sh --horovod built (bash ci/setup.sh --print-horovod-wheel names it)")
+    if os.path.basename(path) != HOROVOD_WHEEL_NAME:
+        host.fail(f"--horovod-wheel {path} is not {HOROVOD_WHEEL_NAME}, the Horovod the CPU base installs for its "
+                  "Python 3.11; give that wheel, or drop the flag to compile Horovod in the image")
+    if not zipfile.is_zipfile(path):
+        host.fail(f"--horovod-wheel {path} is not a wheel (not a zip file); build it again with bash ci/setup.sh "
+                  "--horovod, or drop the flag to compile Horovod in the image")
+    return os.path.abspath(path)
+
+
+def place_horovod_wheel(wheel: str, dry: bool) -> None:
+    """The wheel copied into HOROVOD_WHEEL_DIR, whose earlier Horovod wheels are removed first."""
+    folder = os.path.join(host.ROOT, HOROVOD_WHEEL_DIR)
+    target = os.path.join(folder, HOROVOD_WHEEL_NAME)
+    print(f"+ cp {shlex.quote(wheel)} {shlex.quote(os.path.relpath(target, host.ROOT))}", flush=True)
+    if dry or os.path.realpath(wheel) == os.path.realpath(target):
+        return
+    host.make_folder("the Horovod wheel folder", folder)
+    for name in os.listdir(folder):
+        if name.startswith("horovod-") and name.endswith(".whl"):
+            os.remove(os.path.join(folder, name))
+    shutil.copy2(wheel, target)
 
 
 @task(help={"stack": "current (images/current, target gpu: TensorFlow with the CUDA wheels it was built for); "
@@ -319,13 +362,17 @@ def gpu(c, stack="current", base="debian", ca_bundle=None, dry=False):
     build_base_image(c, stack, "gpu", base, ca_bundle, dry)
 
 
-def build_base_image(c, stack: str, kind: str, base: str, ca_bundle: str | None, dry: bool) -> None:
-    """`docker build` of a stack's `kind` (cpu or gpu) base image (BASE_DOCKERFILES)."""
+def build_base_image(c, stack: str, kind: str, base: str, ca_bundle: str | None, dry: bool,
+                     horovod_wheel: str | None = None) -> None:
+    """`docker build` of a stack's `kind` (cpu or gpu) base image (BASE_DOCKERFILES), with Horovod from
+    `horovod_wheel` (the CPU base of ngc-25.02) when it is given."""
     try:
         host.check_stack(stack)
         launch.check_choice("base", base, ("debian", "slim"))
     except launch.LaunchError as error:
         host.fail(str(error))
+    if horovod_wheel is not None:
+        horovod_wheel = checked_horovod_wheel(horovod_wheel, stack)
     if (stack, kind) not in BASE_DOCKERFILES:
         built = " or ".join(s for s, k in BASE_DOCKERFILES if k == kind)
         host.fail(f"the {stack} stack's {kind} base is {host.base_image(c, stack, choices.STACK_BASES[stack][0])}, "
@@ -337,12 +384,15 @@ def build_base_image(c, stack: str, kind: str, base: str, ca_bundle: str | None,
     try:
         argv, env = containers.build_docker_build_command(
             dockerfile, ".", tag,
-            build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None, **build_args},
+            build_args={"BASE_IMAGE": cfg["debian_base"] if base == "debian" else None, **build_args,
+                        **({"HOROVOD": "wheel"} if horovod_wheel else {})},
             labels={"org.opencontainers.image.revision": host.git_revision(), "org.tf-recipes.stack": stack},
             ca_bundle=host.ca_bundle_from(ca_bundle), docker=docker, target=target)
     except ValueError as error:
         host.fail(str(error))
     if not dry and base == "debian":
         host.require_image(docker, cfg["debian_base"], image_makers(c))
+    if horovod_wheel:
+        place_horovod_wheel(horovod_wheel, dry)
     if host.execute(argv, env, dry):
         raise Exit(f"building {tag} failed", code=1)

@@ -5,11 +5,14 @@ the host through the results volume.
 
 Images are cached in the engine between runs: a second CI run rebuilds nothing (see
 test_a_rebuild_without_changes_is_all_cache)."""
+import hashlib
+import os
 import re
+import zipfile
 
 import pytest
 
-from docker_images import BUILD_TIMEOUT, docker
+from docker_images import BUILD_TIMEOUT, docker, horovod_wheel_args
 from helpers import assert_ok, made_once, run_invoke
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -43,6 +46,29 @@ def test_recipe_layer_is_small_and_labelled(mnist_image):
     labels = docker("image", "inspect", "-f", "{{json .Config.Labels}}", mnist_image).stdout
     assert '"org.tf-recipes.recipe":"mnist-cnn"' in labels
     assert '"org.opencontainers.image.base.name":"tf-recipes/cpu-base:latest"' in labels
+
+
+HOROVOD_LIBRARY = "horovod/tensorflow/mpi_lib.cpython-311-x86_64-linux-gnu.so"
+# In the image: the sha256 of the library Horovod loads into TensorFlow, and its two controllers.
+IMAGE_HOROVOD = f"""import hashlib, os, horovod.tensorflow as hvd
+path = os.path.join(os.path.dirname(hvd.__file__), "{HOROVOD_LIBRARY.rsplit('/', 1)[1]}")
+print(hashlib.sha256(open(path, "rb").read()).hexdigest(), hvd.gloo_built(), hvd.mpi_built())"""
+
+
+def test_the_cpu_base_installs_the_horovod_wheel_compiled_here_not_a_second_build(cpu_base):
+    """ci/prepare-images.sh and the cpu_base fixture give images.cpu the wheel ci/setup.sh --horovod
+    compiled: the image's Horovod library is that wheel's, byte for byte, and has both controllers."""
+    args = horovod_wheel_args()
+    if not args:
+        message = "no Horovod wheel was built here: run `bash ci/setup.sh --horovod`"
+        if os.environ.get("TF_RECIPES_STRICT") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    with zipfile.ZipFile(args[1]) as wheel:
+        expected = hashlib.sha256(wheel.read(HOROVOD_LIBRARY)).hexdigest()
+    process = docker("run", "--rm", "-e", "TF_CPP_MIN_LOG_LEVEL=3", cpu_base, "python", "-c", IMAGE_HOROVOD)
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert process.stdout.split() == [expected, "True", "True"], process.stdout
 
 
 def test_a_missing_image_says_which_command_builds_it(engine):

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 
 import pytest
 
@@ -143,6 +144,52 @@ def test_a_missing_base_image_names_the_task_that_makes_it_before_docker_builds(
     process = run_invoke(*args, env={"INVOKE_TF_RECIPES_DOCKER": str(docker)}, timeout=120)
     assert_one_error_line(process, needle)
     assert "was called" not in process.stderr
+
+
+WHEEL_NAME = "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+
+
+def a_wheel(folder, name=WHEEL_NAME):
+    path = folder / name
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr("horovod/__init__.py", "")
+    return path
+
+
+def not_a_zip(path):
+    path.write_text("not a zip")
+    return path
+
+
+@pytest.mark.parametrize("make,extra,needle", [
+    (lambda tmp: tmp / WHEEL_NAME, [], "does not exist; give the wheel bash ci/setup.sh --horovod built"),
+    (lambda tmp: tmp, [], "is a folder; give the wheel"),
+    (lambda tmp: a_wheel(tmp, "horovod-0.28.1-cp312-cp312-linux_x86_64.whl"), [],
+     f"is not {WHEEL_NAME}, the Horovod the CPU base installs for its Python 3.11"),
+    (lambda tmp: not_a_zip(tmp / WHEEL_NAME), [], "is not a wheel (not a zip file)"),
+    (a_wheel, ["--stack", "current"], "the current stack's CPU base has no Horovod; drop the flag"),
+], ids=["missing", "folder", "other-python", "not-a-zip", "current-stack"])
+def test_a_horovod_wheel_the_cpu_base_cannot_take_is_one_line_before_docker(tmp_path, make, extra, needle):
+    docker = tmp_path / "docker"
+    docker.write_text(EMPTY_DOCKER)
+    docker.chmod(0o755)
+    process = run_invoke("images.cpu", "--horovod-wheel", str(make(tmp_path)), *extra,
+                         env={"INVOKE_TF_RECIPES_DOCKER": str(docker)}, timeout=120)
+    assert_one_error_line(process, needle)
+    assert "was called" not in process.stderr
+
+
+def test_a_horovod_wheel_goes_into_the_build_context_and_the_build_takes_it(tmp_path):
+    wheel = a_wheel(tmp_path)
+    process = run_invoke("images.cpu", "--horovod-wheel", str(wheel), "--dry")
+    assert process.returncode == 0, process.stderr
+    copy, build = process.stdout.splitlines()[-2:]
+    assert copy == f"+ cp {wheel} build/horovod-wheel/{WHEEL_NAME}"
+    assert "-f images/cpu/Dockerfile" in build and "--build-arg HOROVOD=wheel" in build
+    # The Dockerfile's wheel stage copies from there, and .dockerignore lets that folder into the context.
+    assert "COPY build/horovod-wheel/horovod-0.28.1-*.whl /wheels/" in (REPO / "images/cpu/Dockerfile").read_text()
+    assert "!build/horovod-wheel/" in (REPO / ".dockerignore").read_text().split()
+    assert "HOROVOD=wheel" not in run_invoke("images.cpu", "--dry").stdout  # without the flag, Horovod compiles
 
 
 # A stand-in for a training job (or a `docker run` client, which passes the signal to its container):
