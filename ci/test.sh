@@ -29,8 +29,8 @@
 #
 # Two pytest workers (pytest-xdist), one per core; tests/conftest.py says in which order they take
 # the test modules. The full run overlaps its set-up with work that does not need it: once .venv
-# exists, the unit tier runs beside the rest of the set-up (the engine, Horovod's compile, the SLURM
-# cluster, Apptainer), and the container tests' images build in the background (ci/prepare-images.sh,
+# exists, the unit and recipes tiers run beside the rest of the set-up (the engine, Horovod's compile,
+# the SLURM cluster, Apptainer), and the container tests' images build in the background (ci/prepare-images.sh,
 # with the Horovod wheel compiled here) until the integration tests need them. Every run ends with one line
 # of its time: wall clock, set-up, tests, and the CPU time of what it waited for (also appended to
 # $GITHUB_STEP_SUMMARY when that is set), so that growth shows on every CI run and every night; then
@@ -98,15 +98,17 @@ else
     paths=()
     bash ci/setup.sh --stack ngc-25.02  # .venv without Horovod: what the image builds need
     if only_output_options "$@"; then
-        # The unit tier needs no Horovod, Docker engine or SLURM (tests/unit/test_unit_tier.py), so it
-        # runs now, beside the rest of the set-up, which mostly waits on downloads; the other two
-        # tiers run once the set-up is done.
-        setsid "$venv/bin/python" -m pytest "${parallel[@]}" tests/unit "$@" >build/ci/unit-tier.log 2>&1 &
+        # The unit and recipes tiers need no Horovod, Docker engine or SLURM (tests/unit/test_unit_tier.py),
+        # so they run now, beside the rest of the set-up, which often waits on downloads; the
+        # integration tier runs once the set-up is done and they have ended.
+        setsid "$venv/bin/python" -m pytest "${parallel[@]}" tests/recipes tests/unit "$@" \
+            >build/ci/unit-and-recipes.log 2>&1 &
         unit=$!
-        echo "[test] running the unit tier beside the set-up (log: build/ci/unit-tier.log, shown when it ends)" >&2
-        paths=(tests/recipes tests/integration)
+        echo "[test] running the unit and recipes tiers beside the set-up (log: build/ci/unit-and-recipes.log," \
+             "shown when they end)" >&2
+        paths=(tests/integration)
     fi
-    # If this script is stopped (a cancelled CI run), the unit tier and the image builds stop with it.
+    # If this script is stopped (a cancelled CI run), the tests beside the set-up and the image builds stop with it.
     trap 'kill -- ${prepare:+-"$prepare"} ${unit:+-"$unit"} 2>/dev/null || true' EXIT
     bash ci/docker-engine.sh >/dev/null
     # Horovod before the images: the CPU base installs the wheel compiled here rather than compiling
@@ -124,8 +126,9 @@ setup=$((SECONDS - started))
 status=0
 if [ -n "${unit:-}" ]; then
     wait "$unit" || status=$?
-    echo "[test] the unit tier, run beside the set-up (exit $status; $((SECONDS - started)) s since the start):" >&2
-    cat build/ci/unit-tier.log
+    echo "[test] the unit and recipes tiers, run beside the set-up (exit $status; $((SECONDS - started)) s since" \
+         "the start):" >&2
+    cat build/ci/unit-and-recipes.log
 fi
 "$venv/bin/python" -m pytest "${parallel[@]}" "${paths[@]}" "$@" || status=$?
 if [ -n "${prepare:-}" ]; then
