@@ -29,12 +29,13 @@
 #
 # Two pytest workers (pytest-xdist), one per core; tests/conftest.py says in which order they take
 # the test modules. The full run overlaps its set-up with work that does not need it: once .venv
-# exists, the unit and recipes tiers run beside the rest of the set-up (the engine, Horovod's compile,
-# the SLURM cluster, Apptainer), and the container tests' images build in the background (ci/prepare-images.sh,
-# with the Horovod wheel compiled here) until the integration tests need them. Every run ends with one line
-# of its time: wall clock, set-up, tests, and the CPU time of what it waited for (also appended to
-# $GITHUB_STEP_SUMMARY when that is set), so that growth shows on every CI run and every night; then
-# ci/reaper.py's line with the CPU time of everything the run started, daemons included.
+# exists, the unit and recipes tiers run beside the rest of the set-up (the engine, Horovod's
+# compile, the SLURM cluster, Apptainer), and the container tests' images build in the background
+# (ci/prepare-images.sh, with the Horovod wheel compiled here) until the integration tests need
+# them. Every run ends with one line of its time: wall clock, set-up, tests, and the CPU time of what
+# it waited for (also appended to $GITHUB_STEP_SUMMARY when that is set), so that growth shows on
+# every CI run and every night; then ci/reaper.py's line with the CPU time of everything the run
+# started, daemons included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,7 @@
 """Measurement and the results file: throughput, step-time percentiles, versions, results.json."""
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -43,13 +44,14 @@ def throughput(step_times_s: list[float], global_batch: int, num_replicas: int,
 
 
 def versions() -> dict:
+    """The versions that made the run. Horovod's is its installed distribution's, read without importing it:
+    a run that does not use it does not load it."""
     import keras
     import tensorflow as tf
 
     try:
-        import horovod
-        horovod_version = horovod.__version__
-    except ImportError:
+        horovod_version = importlib.metadata.version("horovod")
+    except importlib.metadata.PackageNotFoundError:
         horovod_version = None
     return {"python": platform.python_version(), "tensorflow": tf.__version__,
             "keras": keras.__version__, "horovod": horovod_version}
