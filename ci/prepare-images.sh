@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the images the container tests use, ahead of them: the debootstrap Debian base, the CPU base
-# (with the Horovod wheel ci/setup.sh --horovod compiled, else Horovod compiled in it), mnist-cnn's
+# (with the Horovod wheel of the setting horovod_wheel, else Horovod compiled in it), mnist-cnn's
 # CPU image (the other recipes train in their images every night, not on every push), and
 # mnist-cnn's SIF when an `apptainer` runs.
 # ci/test.sh starts it in the background while the first tests run, so the builds, which mostly
@@ -36,16 +36,15 @@ step() {
 [ -x "$invoke" ] || { log "no $invoke: run bash ci/setup.sh first"; exit 2; }
 docker info >/dev/null 2>&1 || { log "no Docker engine answers: run bash ci/docker-engine.sh first"; exit 2; }
 
-# The Horovod wheel ci/setup.sh --horovod compiled for .venv, when there is one: the CPU base installs it
-# instead of compiling Horovod again (same Debian 12, Python 3.11, tensorflow-cpu 2.17.1 and OpenMPI).
-cpu_base=("$invoke" images.cpu)
-if wheel=$(bash ci/setup.sh --stack ngc-25.02 --print-horovod-wheel 2>/dev/null); then
-    cpu_base+=(--horovod-wheel "$wheel")
+# With INVOKE_TF_RECIPES_HOROVOD_WHEEL set (ci/test.sh sets it to the wheel ci/setup.sh --horovod
+# compiled), the CPU base installs that wheel instead of compiling Horovod again.
+if [ -n "${INVOKE_TF_RECIPES_HOROVOD_WHEEL:-}" ]; then
+    log "cpu-base: Horovod from $INVOKE_TF_RECIPES_HOROVOD_WHEEL"
 else
-    log "cpu-base: no Horovod wheel built here (bash ci/setup.sh --horovod), so the image compiles Horovod"
+    log "cpu-base: Horovod compiled in the image (no INVOKE_TF_RECIPES_HOROVOD_WHEEL)"
 fi
 step cpu-base bash -c "{ docker image inspect tf-recipes/debian:bookworm >/dev/null 2>&1 || $invoke images.bootstrap; } \
-                       && ${cpu_base[*]@Q}"
+                       && $invoke images.cpu"
 step image-mnist-cnn "$invoke" build mnist-cnn --base cpu
 if apptainer version >/dev/null 2>&1; then
     # The same build, with the same compression, as tests/integration/test_apptainer.py's.

@@ -115,6 +115,11 @@ else
     # Horovod before the images: the CPU base installs the wheel compiled here rather than compiling
     # Horovod a second time (ci/prepare-images.sh).
     bash ci/setup.sh --stack ngc-25.02 --horovod
+    # Every `invoke images.cpu` of the run (ci/prepare-images.sh, the tests' fixture, the nightly smoke
+    # tier under act) then builds the same image, so the builds after the first are all cache.
+    if wheel=$(bash ci/setup.sh --stack ngc-25.02 --print-horovod-wheel 2>/dev/null); then
+        export INVOKE_TF_RECIPES_HOROVOD_WHEEL=$wheel
+    fi
     # Its own process group (setsid), so that whatever it still runs when the tests end can be stopped.
     setsid bash ci/prepare-images.sh >build/ci/prepare-images.log 2>&1 &
     prepare=$!

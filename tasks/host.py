@@ -34,6 +34,9 @@ DEFAULTS = {
     "memlock": "-1",
     "apptainer": "apptainer",
     "sif_dir": "build/sif",
+    # A Horovod wheel the ngc-25.02 CPU base installs instead of compiling Horovod (images.cpu
+    # --horovod-wheel); "" compiles it. ci/test.sh sets it to the one ci/setup.sh --horovod built.
+    "horovod_wheel": "",
 }
 
 

@@ -307,10 +307,13 @@ CPU_DOCKERFILES = {stack: dockerfile for (stack, kind), (dockerfile, _, _) in BA
             "base": "image to build on: debian (from images.bootstrap) | slim (python:3.11-slim-bookworm)",
             "horovod-wheel": "ngc-25.02: install this Horovod 0.28.1 wheel instead of compiling Horovod (one that "
                              "bash ci/setup.sh --horovod built on Debian 12 with Python 3.11 and tensorflow-cpu; "
-                             "bash ci/setup.sh --print-horovod-wheel names it)",
+                             "bash ci/setup.sh --print-horovod-wheel names it). Default: the setting "
+                             "horovod_wheel (INVOKE_TF_RECIPES_HOROVOD_WHEEL), else compile",
             "ca-bundle": "CA bundle for pip behind a TLS proxy", "dry": "print the command, run nothing"})
 def cpu(c, stack=contract.DEFAULT_STACK, base="debian", horovod_wheel=None, ca_bundle=None, dry=False):
     """Build a stack's CPU base image (ngc-25.02: TF 2.17.1, Keras >= 3.8, Horovod with Gloo and MPI)."""
+    if horovod_wheel is None and host.settings(c)["horovod_wheel"] and stack == contract.DEFAULT_STACK:
+        horovod_wheel = host.settings(c)["horovod_wheel"]  # a setting: the current stack has no Horovod
     build_base_image(c, stack, "cpu", base, ca_bundle, dry, horovod_wheel=horovod_wheel)
 
 

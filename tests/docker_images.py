@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from helpers import REPO, assert_ok, made_once, run_invoke
+from helpers import assert_ok, made_once, run_invoke
 
 BUILD_TIMEOUT = 2400  # a cold CPU base without a Horovod wheel compiles Horovod: ~10 minutes on 2 cores
 
@@ -24,24 +24,17 @@ def engine():
     return {}
 
 
-def horovod_wheel_args() -> list[str]:
-    """["--horovod-wheel", FILE] for the Horovod wheel ci/setup.sh --horovod built here, else []."""
-    printed = subprocess.run(["bash", "ci/setup.sh", "--stack", "ngc-25.02", "--print-horovod-wheel"], cwd=REPO,
-                             capture_output=True, text=True)
-    return ["--horovod-wheel", printed.stdout.strip()] if printed.returncode == 0 else []
-
-
 @pytest.fixture(scope="session")
 def cpu_base(engine):
-    """invoke images.bootstrap (once per machine), then images.cpu (cached after the first build), with
-    the Horovod wheel ci/setup.sh --horovod built when there is one, as ci/prepare-images.sh builds it.
+    """invoke images.bootstrap (once per machine), then images.cpu (cached after the first build; with
+    the Horovod wheel of INVOKE_TF_RECIPES_HOROVOD_WHEEL, which ci/test.sh sets, as ci/prepare-images.sh).
 
     Also sets the memlock choice for the runs: NVIDIA's flags ask for an unlimited memlock, which
     some sandboxes refuse to raise; use the recommended flag wherever the host allows it."""
     with made_once("cpu-base"):
         if docker("image", "inspect", "tf-recipes/debian:bookworm").returncode != 0:
             assert_ok(run_invoke("images.bootstrap", timeout=BUILD_TIMEOUT))
-        assert_ok(run_invoke("images.cpu", *horovod_wheel_args(), timeout=BUILD_TIMEOUT))
+        assert_ok(run_invoke("images.cpu", timeout=BUILD_TIMEOUT))
     probe = docker("run", "--rm", "--ulimit", "memlock=-1", "tf-recipes/debian:bookworm", "true")
     engine["INVOKE_TF_RECIPES_MEMLOCK"] = "-1" if probe.returncode == 0 else ""
     return "tf-recipes/cpu-base:latest"

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from docker_images import BUILD_TIMEOUT, docker, horovod_wheel_args
+from docker_images import BUILD_TIMEOUT, docker
 from helpers import assert_ok, made_once, run_invoke
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -56,15 +56,16 @@ print(hashlib.sha256(open(path, "rb").read()).hexdigest(), hvd.gloo_built(), hvd
 
 
 def test_the_cpu_base_installs_the_horovod_wheel_compiled_here_not_a_second_build(cpu_base):
-    """ci/prepare-images.sh and the cpu_base fixture give images.cpu the wheel ci/setup.sh --horovod
-    compiled: the image's Horovod library is that wheel's, byte for byte, and has both controllers."""
-    args = horovod_wheel_args()
-    if not args:
-        message = "no Horovod wheel was built here: run `bash ci/setup.sh --horovod`"
+    """ci/test.sh sets INVOKE_TF_RECIPES_HOROVOD_WHEEL to the wheel ci/setup.sh --horovod compiled, and every
+    images.cpu of the run installs it: the image's Horovod library is that wheel's, byte for byte, and has
+    both controllers."""
+    wheel_path = os.environ.get("INVOKE_TF_RECIPES_HOROVOD_WHEEL")
+    if not wheel_path:
+        message = "INVOKE_TF_RECIPES_HOROVOD_WHEEL is not set (ci/test.sh sets it after bash ci/setup.sh --horovod)"
         if os.environ.get("TF_RECIPES_STRICT") == "1":
             pytest.fail(message)
         pytest.skip(message)
-    with zipfile.ZipFile(args[1]) as wheel:
+    with zipfile.ZipFile(wheel_path) as wheel:
         expected = hashlib.sha256(wheel.read(HOROVOD_LIBRARY)).hexdigest()
     process = docker("run", "--rm", "-e", "TF_CPP_MIN_LOG_LEVEL=3", cpu_base, "python", "-c", IMAGE_HOROVOD)
     assert process.returncode == 0, process.stderr[-2000:]

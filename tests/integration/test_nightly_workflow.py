@@ -98,6 +98,8 @@ def night(tmp_path_factory, mnist_image):
             "--action-cache-path", str(folder / "act"),
             "--var", f"NIGHTLY_CHECKOUT={REPO}", "--var", f"NIGHTLY_DIR={folder}",
             *stand_ins(folder / "stand-ins")]
+    if os.environ.get("INVOKE_TF_RECIPES_HOROVOD_WHEEL"):  # ci/test.sh's: the CPU base the suite built, not another
+        argv += ["--env", f"INVOKE_TF_RECIPES_HOROVOD_WHEEL={os.environ['INVOKE_TF_RECIPES_HOROVOD_WHEEL']}"]
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_TOKEN", "GH_TOKEN")}
     env["ACT_DISABLE_VERSION_CHECK"] = "1"
     log_path = folder / "act.log"

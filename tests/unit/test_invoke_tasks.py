@@ -189,7 +189,14 @@ def test_a_horovod_wheel_goes_into_the_build_context_and_the_build_takes_it(tmp_
     # The Dockerfile's wheel stage copies from there, and .dockerignore lets that folder into the context.
     assert "COPY build/horovod-wheel/horovod-0.28.1-*.whl /wheels/" in (REPO / "images/cpu/Dockerfile").read_text()
     assert "!build/horovod-wheel/" in (REPO / ".dockerignore").read_text().split()
-    assert "HOROVOD=wheel" not in run_invoke("images.cpu", "--dry").stdout  # without the flag, Horovod compiles
+    # The setting horovod_wheel is the flag's default for the ngc-25.02 stack; "" (its default) compiles Horovod.
+    with_setting = run_invoke("images.cpu", "--dry", env={"INVOKE_TF_RECIPES_HOROVOD_WHEEL": str(wheel)})
+    assert with_setting.returncode == 0 and with_setting.stdout.splitlines()[-2:] == [copy, build]
+    unset = {"INVOKE_TF_RECIPES_HOROVOD_WHEEL": ""}
+    assert "HOROVOD=wheel" not in run_invoke("images.cpu", "--dry", env=unset).stdout
+    current = run_invoke("images.cpu", "--stack", "current", "--dry",
+                         env={"INVOKE_TF_RECIPES_HOROVOD_WHEEL": str(wheel)})
+    assert current.returncode == 0 and "HOROVOD=wheel" not in current.stdout and "horovod" not in current.stdout
 
 
 # A stand-in for a training job (or a `docker run` client, which passes the signal to its container):
