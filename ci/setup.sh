@@ -75,7 +75,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-log() { printf '[setup] %s\n' "$*" >&2; }
+# Quiet with --print-horovod-wheel: its answer, or one error line, is all it prints.
+log() { [ "$print_horovod_wheel" = 1 ] || printf '[setup] %s\n' "$*" >&2; }
 die() { printf 'ci/setup.sh: error: %s\n' "$*" >&2; exit 2; }
 
 # "CC CXX" for Horovod's build: gcc-12 g++-12 when both are on PATH, else nothing (the default).

@@ -312,9 +312,11 @@ CPU_DOCKERFILES = {stack: dockerfile for (stack, kind), (dockerfile, _, _) in BA
             "ca-bundle": "CA bundle for pip behind a TLS proxy", "dry": "print the command, run nothing"})
 def cpu(c, stack=contract.DEFAULT_STACK, base="debian", horovod_wheel=None, ca_bundle=None, dry=False):
     """Build a stack's CPU base image (ngc-25.02: TF 2.17.1, Keras >= 3.8, Horovod with Gloo and MPI)."""
+    named = "--horovod-wheel"
     if horovod_wheel is None and host.settings(c)["horovod_wheel"] and stack == contract.DEFAULT_STACK:
         horovod_wheel = host.settings(c)["horovod_wheel"]  # a setting: the current stack has no Horovod
-    build_base_image(c, stack, "cpu", base, ca_bundle, dry, horovod_wheel=horovod_wheel)
+        named = HOROVOD_WHEEL_SETTING
+    build_base_image(c, stack, "cpu", base, ca_bundle, dry, horovod_wheel=horovod_wheel, horovod_wheel_from=named)
 
 
 # Where `invoke images.cpu --horovod-wheel` puts the wheel, in the base images' build context
@@ -322,23 +324,25 @@ def cpu(c, stack=contract.DEFAULT_STACK, base="debian", horovod_wheel=None, ca_b
 HOROVOD_WHEEL_DIR = os.path.join("build", "horovod-wheel")
 # The wheel images/cpu/Dockerfile can install: Horovod 0.28.1 for the image's Python, 3.11.
 HOROVOD_WHEEL_NAME = "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+HOROVOD_WHEEL_SETTING = "the setting horovod_wheel (INVOKE_TF_RECIPES_HOROVOD_WHEEL)"
 
 
-def checked_horovod_wheel(path: str, stack: str) -> str:
-    """--horovod-wheel as an absolute path, once it names a wheel the CPU base can install; else one line, exit 2."""
+def checked_horovod_wheel(path: str, stack: str, named: str = "--horovod-wheel") -> str:
+    """The wheel (given as `named`: the flag or the setting) as an absolute path, once it is one the CPU base
+    can install; else one line, exit 2."""
     if stack != contract.DEFAULT_STACK:
-        host.fail(f"--horovod-wheel: the {stack} stack's CPU base has no Horovod; drop the flag, or use "
+        host.fail(f"{named}: the {stack} stack's CPU base has no Horovod; drop it, or use "
                   f"--stack {contract.DEFAULT_STACK}")
     what = user_paths.what_is(path)
     if what != user_paths.FILE:
-        host.fail(f"--horovod-wheel {path} {'does not exist' if what == user_paths.MISSING else 'is ' + what}; "
+        host.fail(f"{named} {path} {'does not exist' if what == user_paths.MISSING else 'is ' + what}; "
                   "give the wheel bash ci/setup.sh --horovod built (bash ci/setup.sh --print-horovod-wheel names it)")
     if os.path.basename(path) != HOROVOD_WHEEL_NAME:
-        host.fail(f"--horovod-wheel {path} is not {HOROVOD_WHEEL_NAME}, the Horovod the CPU base installs for its "
-                  "Python 3.11; give that wheel, or drop the flag to compile Horovod in the image")
+        host.fail(f"{named} {path} is not {HOROVOD_WHEEL_NAME}, the Horovod the CPU base installs for its "
+                  "Python 3.11; give that wheel, or drop it to compile Horovod in the image")
     if not zipfile.is_zipfile(path):
-        host.fail(f"--horovod-wheel {path} is not a wheel (not a zip file); build it again with bash ci/setup.sh "
-                  "--horovod, or drop the flag to compile Horovod in the image")
+        host.fail(f"{named} {path} is not a wheel (not a zip file); build it again with bash ci/setup.sh "
+                  "--horovod, or drop it to compile Horovod in the image")
     return os.path.abspath(path)
 
 
@@ -366,7 +370,7 @@ def gpu(c, stack="current", base="debian", ca_bundle=None, dry=False):
 
 
 def build_base_image(c, stack: str, kind: str, base: str, ca_bundle: str | None, dry: bool,
-                     horovod_wheel: str | None = None) -> None:
+                     horovod_wheel: str | None = None, horovod_wheel_from: str = "--horovod-wheel") -> None:
     """`docker build` of a stack's `kind` (cpu or gpu) base image (BASE_DOCKERFILES), with Horovod from
     `horovod_wheel` (the CPU base of ngc-25.02) when it is given."""
     try:
@@ -375,7 +379,7 @@ def build_base_image(c, stack: str, kind: str, base: str, ca_bundle: str | None,
     except launch.LaunchError as error:
         host.fail(str(error))
     if horovod_wheel is not None:
-        horovod_wheel = checked_horovod_wheel(horovod_wheel, stack)
+        horovod_wheel = checked_horovod_wheel(horovod_wheel, stack, horovod_wheel_from)
     if (stack, kind) not in BASE_DOCKERFILES:
         built = " or ".join(s for s, k in BASE_DOCKERFILES if k == kind)
         host.fail(f"the {stack} stack's {kind} base is {host.base_image(c, stack, choices.STACK_BASES[stack][0])}, "

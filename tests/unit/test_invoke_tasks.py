@@ -167,7 +167,7 @@ def not_a_zip(path):
     (lambda tmp: a_wheel(tmp, "horovod-0.28.1-cp312-cp312-linux_x86_64.whl"), [],
      f"is not {WHEEL_NAME}, the Horovod the CPU base installs for its Python 3.11"),
     (lambda tmp: not_a_zip(tmp / WHEEL_NAME), [], "is not a wheel (not a zip file)"),
-    (a_wheel, ["--stack", "current"], "the current stack's CPU base has no Horovod; drop the flag"),
+    (a_wheel, ["--stack", "current"], "the current stack's CPU base has no Horovod; drop it"),
 ], ids=["missing", "folder", "other-python", "not-a-zip", "current-stack"])
 def test_a_horovod_wheel_the_cpu_base_cannot_take_is_one_line_before_docker(tmp_path, make, extra, needle):
     docker = tmp_path / "docker"
@@ -176,6 +176,17 @@ def test_a_horovod_wheel_the_cpu_base_cannot_take_is_one_line_before_docker(tmp_
     process = run_invoke("images.cpu", "--horovod-wheel", str(make(tmp_path)), *extra,
                          env={"INVOKE_TF_RECIPES_DOCKER": str(docker)}, timeout=120)
     assert_one_error_line(process, needle)
+    assert "was called" not in process.stderr
+
+
+def test_a_horovod_wheel_setting_the_cpu_base_cannot_take_names_the_setting(tmp_path):
+    docker = tmp_path / "docker"
+    docker.write_text(EMPTY_DOCKER)
+    docker.chmod(0o755)
+    process = run_invoke("images.cpu", env={"INVOKE_TF_RECIPES_DOCKER": str(docker),
+                                            "INVOKE_TF_RECIPES_HOROVOD_WHEEL": str(tmp_path / WHEEL_NAME)}, timeout=120)
+    assert_one_error_line(process, "the setting horovod_wheel (INVOKE_TF_RECIPES_HOROVOD_WHEEL) "
+                                   f"{tmp_path / WHEEL_NAME} does not exist")
     assert "was called" not in process.stderr
 
 

@@ -193,3 +193,35 @@ def test_the_nightly_runs_every_recipe_on_both_stacks():
     cpu = matrix.load_matrix(str(REPO / "ci" / "nightly" / "matrix.yaml")).tiers["cpu"]
     assert cpu["stacks"] == list(contract.STACKS)
     assert sorted(cpu["recipes"]) == sorted(p.parent.name for p in (REPO / "recipes").glob("*/train.py"))
+
+
+def print_horovod_wheel(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """`ci/setup.sh --print-horovod-wheel` with a stand-in python3 (3.11) and a venv whose pip keeps its
+    cache in tmp_path/cache; no GPU, so the TensorFlow wheel is tensorflow-cpu."""
+    folder = tmp_path / "bin"
+    venv = tmp_path / "venv" / "bin"
+    for path, text in ((folder / "python3", "echo 3.11"), (venv / "python", f"echo {tmp_path / 'cache'}")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\n{text}\n")
+        path.chmod(0o755)
+    return subprocess.run(["bash", "ci/setup.sh", "--print-horovod-wheel", "--tensorflow", "cpu",
+                           "--venv", str(tmp_path / "venv"), *args], cwd=REPO, capture_output=True, text=True,
+                          env={"PATH": f"{folder}:/usr/bin:/bin"})
+
+
+def test_setup_names_the_horovod_wheel_it_built_or_says_there_is_none(tmp_path):
+    missing = print_horovod_wheel(tmp_path, "--stack", "ngc-25.02")
+    assert missing.returncode == 2 and missing.stdout == "" and missing.stderr.count("\n") == 1, missing.stderr
+    assert "no Horovod wheel was built here for stack ngc-25.02, tensorflow-cpu and Python 3.11" in missing.stderr
+    # Where --horovod keeps it: the folder names the stack's TensorFlow wheel and version, Python and controllers.
+    tensorflow = next(line.split("==")[1] for line in (REPO / "stacks" / "ngc-25.02.txt").read_text().splitlines()
+                      if line.startswith("tensorflow=="))
+    kept = (tmp_path / "cache" / "tf-recipes-wheels" / f"horovod-0.28.1-tensorflow-cpu{tensorflow}-py3.11-gloo-mpi"
+            / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl")
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"")
+    found = print_horovod_wheel(tmp_path, "--stack", "ngc-25.02")
+    assert (found.returncode, found.stdout, found.stderr) == (0, f"{kept}\n", "")
+    other = print_horovod_wheel(tmp_path, "--stack", "current")
+    assert other.returncode == 2 and other.stderr.count("\n") == 1
+    assert "stack current has no horovod launcher, so no Horovod wheel" in other.stderr
