@@ -40,11 +40,11 @@
 # Idempotent: a second run installs nothing new and leaves the venv untouched (VENV/tf-recipes-installed
 # holds the checksum of pyproject.toml and the stack's constraints it installed; while they are the same
 # and the venv imports tf-recipes, pip is not run, so tests running from the venv meanwhile are safe).
-# The Horovod wheel it built is kept in pip's cache folder
-# (`pip cache dir`, so PIP_CACHE_DIR moves it), under tf-recipes-wheels/horovod-0.28.1-WHEELTF-pyPY-gloo-mpi/;
-# a fresh .venv on the same machine installs that wheel instead of compiling Horovod again. The folder
-# names what the wheel was built with (WHEEL is tensorflow or tensorflow-cpu), so a wheel built without
-# MPI, or against the other TensorFlow wheel, is never reused.
+# The Horovod wheel it built is kept in pip's cache folder (`pip cache dir`, so PIP_CACHE_DIR moves
+# it), under tf-recipes-wheels/horovod-0.28.1-WHEELTF-pyPY-gloo-mpi-release/; a fresh .venv on the same
+# machine installs that wheel instead of compiling Horovod again. The folder names what the wheel was
+# built with (WHEEL is tensorflow or tensorflow-cpu; release: optimised, without debug information), so
+# a wheel built without MPI, against the other TensorFlow wheel, or with -g, is never reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -140,11 +140,24 @@ case "$tensorflow_build" in
 esac
 if [ "$tensorflow_build" = gpu ]; then tf_wheel=tensorflow tf_other=tensorflow-cpu; else tf_wheel=tensorflow-cpu tf_other=tensorflow; fi
 log "TensorFlow wheel $tf_wheel ($why)"
+# release_cmake FILE: writes FILE, a cmake that configures with RelWithDebInfo's flags minus -g
+# (Horovod's CMakeLists.txt turns -O2 into -O3) and builds as cmake does.
+release_cmake() {
+    local real
+    real=$(command -v cmake) || { log "ERROR: building Horovod needs cmake (apt-get install cmake)"; exit 1; }
+    cat >"$1" <<EOF
+#!/bin/sh
+[ "\$1" = --build ] && exec '$real' "\$@"
+exec '$real' "\$@" '-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG' '-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG'
+EOF
+    chmod +x "$1"
+}
+
 # horovod_wheels: the folder the Horovod wheel is kept in (see the header); nothing when pip's cache is off.
 horovod_wheels() {
     local cache
     if cache=$("$venv/bin/python" -m pip cache dir 2>/dev/null) && [ -n "$cache" ]; then
-        echo "$cache/tf-recipes-wheels/horovod-0.28.1-$tf_wheel$tensorflow-py$python_version-gloo-mpi"
+        echo "$cache/tf-recipes-wheels/horovod-0.28.1-$tf_wheel$tensorflow-py$python_version-gloo-mpi-release"
     fi
 }
 if [ "$print_horovod_wheel" = 1 ]; then
@@ -234,13 +247,19 @@ if [ "$with_horovod" = 1 ]; then
                 log "compiling Horovod with the default compiler, no gcc-12/g++-12 on PATH ($(g++ -dumpfullversion 2>/dev/null || echo '?'))"
             fi
             mkdir -p "$wheels"
+            # Horovod's setup.py configures CMake as RelWithDebInfo, which compiles with -O3 -g. The
+            # cmake it runs (HOROVOD_CMAKE) is a wrapper that drops -g: the same optimised code without
+            # debug information, in 22% less CPU time and a wheel of 1.1 MB instead of 17 MB (here).
+            cmake_dir=$(mktemp -d)
+            release_cmake "$cmake_dir/cmake"
             # --no-build-isolation: Horovod must compile against the TensorFlow installed here.
             # --no-cache-dir: pip's own wheel cache is keyed by the source alone, and could hand back a
             # wheel built with other HOROVOD_* choices.
             HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
-            HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+            HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CMAKE="$cmake_dir/cmake" \
                 "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-build-isolation \
                     --no-cache-dir --no-deps -c "stacks/$stack.txt" -w "$wheels" "horovod==0.28.1"
+            rm -rf "$cmake_dir"
             wheel=$(built_wheel)
             [ -n "$wheel" ] || { log "ERROR: pip built no horovod wheel in $wheels"; exit 1; }
         fi

@@ -8,6 +8,7 @@ test_a_rebuild_without_changes_is_all_cache)."""
 import hashlib
 import os
 import re
+import struct
 import zipfile
 
 import pytest
@@ -55,10 +56,19 @@ path = os.path.join(os.path.dirname(hvd.__file__), "{HOROVOD_LIBRARY.rsplit('/',
 print(hashlib.sha256(open(path, "rb").read()).hexdigest(), hvd.gloo_built(), hvd.mpi_built())"""
 
 
+def elf_section_names(library: bytes) -> set[str]:
+    """The section names of a 64-bit little-endian ELF file (its section header string table)."""
+    shoff, = struct.unpack_from("<Q", library, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", library, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", library, shoff + i * shentsize) for i in range(shnum)]
+    names_at = headers[shstrndx][4]
+    return {library[names_at + name:library.index(b"\0", names_at + name)].decode() for name, *_ in headers}
+
+
 def test_the_cpu_base_installs_the_horovod_wheel_compiled_here_not_a_second_build(cpu_base):
     """ci/test.sh sets INVOKE_TF_RECIPES_HOROVOD_WHEEL to the wheel ci/setup.sh --horovod compiled, and every
     images.cpu of the run installs it: the image's Horovod library is that wheel's, byte for byte, and has
-    both controllers."""
+    both controllers. ci/setup.sh compiles it without debug information (no .debug_* section)."""
     wheel_path = os.environ.get("INVOKE_TF_RECIPES_HOROVOD_WHEEL")
     if not wheel_path:
         message = "INVOKE_TF_RECIPES_HOROVOD_WHEEL is not set (ci/test.sh sets it after bash ci/setup.sh --horovod)"
@@ -66,7 +76,10 @@ def test_the_cpu_base_installs_the_horovod_wheel_compiled_here_not_a_second_buil
             pytest.fail(message)
         pytest.skip(message)
     with zipfile.ZipFile(wheel_path) as wheel:
-        expected = hashlib.sha256(wheel.read(HOROVOD_LIBRARY)).hexdigest()
+        library = wheel.read(HOROVOD_LIBRARY)
+    expected = hashlib.sha256(library).hexdigest()
+    sections = elf_section_names(library)
+    assert ".text" in sections and not {name for name in sections if name.startswith(".debug")}, sorted(sections)
     process = docker("run", "--rm", "-e", "TF_CPP_MIN_LOG_LEVEL=3", cpu_base, "python", "-c", IMAGE_HOROVOD)
     assert process.returncode == 0, process.stderr[-2000:]
     assert process.stdout.split() == [expected, "True", "True"], process.stdout

@@ -213,11 +213,12 @@ def test_setup_names_the_horovod_wheel_it_built_or_says_there_is_none(tmp_path):
     missing = print_horovod_wheel(tmp_path, "--stack", "ngc-25.02")
     assert missing.returncode == 2 and missing.stdout == "" and missing.stderr.count("\n") == 1, missing.stderr
     assert "no Horovod wheel was built here for stack ngc-25.02, tensorflow-cpu and Python 3.11" in missing.stderr
-    # Where --horovod keeps it: the folder names the stack's TensorFlow wheel and version, Python and controllers.
+    # Where --horovod keeps it: the folder names the stack's TensorFlow wheel and version, Python, the
+    # controllers and the build (release: without debug information).
     tensorflow = next(line.split("==")[1] for line in (REPO / "stacks" / "ngc-25.02.txt").read_text().splitlines()
                       if line.startswith("tensorflow=="))
-    kept = (tmp_path / "cache" / "tf-recipes-wheels" / f"horovod-0.28.1-tensorflow-cpu{tensorflow}-py3.11-gloo-mpi"
-            / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl")
+    folder = f"horovod-0.28.1-tensorflow-cpu{tensorflow}-py3.11-gloo-mpi-release"
+    kept = tmp_path / "cache" / "tf-recipes-wheels" / folder / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
     kept.parent.mkdir(parents=True)
     kept.write_bytes(b"")
     found = print_horovod_wheel(tmp_path, "--stack", "ngc-25.02")
