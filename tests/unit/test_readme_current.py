@@ -9,7 +9,7 @@ from helpers import REPO
 
 README = (REPO / "README.md").read_text()
 # Folders whose every module or script the Layout names, file by file.
-LISTED = {"common": "*.py", "tools": "*.py", "commands": "*.py", "tasks": "*.py", "ci": "*.[ps][hy]",
+LISTED = {"common": "*.py", "tools": "*.[ps][hy]", "commands": "*.py", "tasks": "*.py", "ci": "*.[ps][hy]",
           "ci/nightly": "*.py", "ci/bench": "*.py"}
 
 

@@ -226,3 +226,26 @@ def test_setup_names_the_horovod_wheel_it_built_or_says_there_is_none(tmp_path):
     other = print_horovod_wheel(tmp_path, "--stack", "current")
     assert other.returncode == 2 and other.stderr.count("\n") == 1
     assert "stack current has no horovod launcher, so no Horovod wheel" in other.stderr
+
+
+def test_horovods_cmake_configures_without_debug_information_and_builds_unchanged(tmp_path):
+    """tools/horovod_cmake.sh (HOROVOD_CMAKE in ci/setup.sh and images/cpu) with a cmake on PATH that prints
+    its arguments: configuring gets RelWithDebInfo's flags without -g, `cmake --build` is passed through."""
+    fake = tmp_path / "bin" / "cmake"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:/usr/bin:/bin"}
+    script = str(REPO / "tools" / "horovod_cmake.sh")
+
+    def arguments(*args):
+        process = subprocess.run([script, *args], env=env, capture_output=True, text=True, timeout=30)
+        assert process.returncode == 0, process.stderr
+        return process.stdout.splitlines()
+
+    configure = arguments("/src/horovod", "-DCMAKE_BUILD_TYPE=RelWithDebInfo")
+    assert configure[:2] == ["/src/horovod", "-DCMAKE_BUILD_TYPE=RelWithDebInfo"]
+    flags = {arg.split("=", 1)[0]: arg.split("=", 1)[1] for arg in configure[2:]}
+    assert flags == {"-DCMAKE_C_FLAGS_RELWITHDEBINFO": "-O2 -DNDEBUG",
+                     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO": "-O2 -DNDEBUG"}
+    assert arguments("--build", ".", "--config", "RelWithDebInfo") == ["--build", ".", "--config", "RelWithDebInfo"]
