@@ -5,6 +5,7 @@ the end of every run.
     RESULTS/export/N/assets.extra/labels.txt        one class name per line, in class-id order
     RESULTS/export/N/assets.extra/classes.json      segmentation only: id, name and RGB colour of every class
     RESULTS/export/N/assets.extra/model.json        recipe, task, input size, channels, output names
+                                                    (segmentation: the output size too)
 
 RESULTS/export is a TF Serving model base: N is one more than the highest version already there (1 in a
 new folder), and the versions before it are left as they are, so that a server serves the newest and can
@@ -57,22 +58,27 @@ class ExportError(UserError):
     """RESULTS/export cannot take a new version: one line, exit 2."""
 
 
-def decode_images(encoded, image_size, channels):
-    """Encoded image files [N] -> uint8 [N, H, W, channels], resized as the recipes' pipelines do."""
+def decode_images(encoded, image_size, channels, antialias=False):
+    """Encoded image files [N] -> uint8 [N, H, W, channels], resized as the recipes' pipelines do
+    (bilinear; `antialias`: averaging the pixels a shrunk pixel covers, as cityscapes-unet shrinks)."""
     def decode(data):
         image = tf.io.decode_image(data, channels=channels, expand_animations=False)
-        image = tf.image.resize(image, image_size)
+        image = tf.image.resize(image, image_size, antialias=antialias)
         return tf.cast(tf.round(image), tf.uint8)
 
     return tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec((*image_size, channels), tf.uint8))
 
 
-def serving_function(model, task, image_size, channels, to_model):
-    """The tf.function behind serving_default; `to_model` maps the uint8 batch to the model's input."""
+def serving_function(model, task, image_size, channels, to_model, output_size=None, antialias=False):
+    """The tf.function behind serving_default; `to_model` maps the uint8 batch to the model's input.
+    Segmentation: with `output_size`, the probabilities are resized (bilinear) to it, for a model that
+    sees images smaller than the size its classes are scored at."""
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXPORT_INPUT)])
     def serve(images):
-        probabilities = tf.cast(model(to_model(decode_images(images, image_size, channels)), training=False),
-                                tf.float32)
+        probabilities = tf.cast(model(to_model(decode_images(images, image_size, channels, antialias)),
+                                      training=False), tf.float32)
+        if task == SEGMENTATION and output_size and tuple(output_size) != tuple(image_size):
+            probabilities = tf.image.resize(probabilities, output_size)
         if task == CLASSIFICATION:
             return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
         return {"class_ids": tf.argmax(probabilities, axis=-1, output_type=tf.int32), "probabilities": probabilities}
@@ -89,13 +95,14 @@ def check_class_names(class_names) -> None:
                             f"{EXPORT_LABELS_FILE}; rename the class")
 
 
-def write_export(folder, model, *, recipe, task, class_names, image_size, channels, to_model, palette=None):
+def write_export(folder, model, *, recipe, task, class_names, image_size, channels, to_model, palette=None,
+                 output_size=None, antialias=False):
     """Write one version into `folder` (which must not exist yet): the SavedModel, and in
     assets.extra/ the files that describe it; see the module docstring."""
     check_class_names(class_names)
     archive = keras.export.ExportArchive()
     archive.track(model)
-    serve = serving_function(model, task, tuple(image_size), channels, to_model)
+    serve = serving_function(model, task, tuple(image_size), channels, to_model, output_size, antialias)
     archive.add_endpoint("serve", serve)  # "serve" is also written as the serving_default signature
     archive.write_out(folder, verbose=False)
     extra = os.path.join(folder, EXTRA_DIR)
@@ -104,6 +111,8 @@ def write_export(folder, model, *, recipe, task, class_names, image_size, channe
     outputs = ["probabilities", "class_id"] if task == CLASSIFICATION else ["class_ids", "probabilities"]
     info = {"recipe": recipe, "task": task, "image_size": list(image_size), "channels": channels,
             "input": EXPORT_INPUT, "outputs": outputs}
+    if task == SEGMENTATION:  # the size of class_ids and probabilities
+        info["output_size"] = list(output_size or image_size)
     write_atomically(os.path.join(extra, EXPORT_INFO_FILE), json.dumps(info, indent=1))
     if task == SEGMENTATION:
         classes = [{"id": i, "name": name, "colour": list(colour)}

@@ -248,7 +248,8 @@ def write_segmentation(model: Export, path: str, blob: bytes, class_ids, out: st
 
     tf = model.tf
     image = tf.io.decode_image(blob, channels=3, expand_animations=False)
-    image = tf.cast(tf.round(tf.image.resize(image, model.info["image_size"])), tf.uint8).numpy()
+    size = model.info.get("output_size", model.info["image_size"])  # the prediction's size
+    image = tf.cast(tf.round(tf.image.resize(image, size)), tf.uint8).numpy()
     colours = np.asarray(model.colours, np.uint8)[class_ids]
     overlay = ((image.astype(np.uint16) + colours) // 2).astype(np.uint8)
     stem = os.path.join(out, stem)  # subfolders of --input are kept; check_paths refused clashing names

@@ -17,6 +17,7 @@ tf_recipes.test_hooks (the faults a test asks for; a normal run has none).
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -154,6 +155,17 @@ def summed_over_processes(launcher: Launcher, totals: dict) -> dict:
         summed[key] = flat[offset:offset + size].reshape(shape)
         offset += size
     return summed
+
+
+def release_in_background(holder: list) -> None:
+    """Drop the training iterator, `holder`'s only item and its only reference, on a helper thread.
+
+    Deleting a distributed iterator whose input is still prefetching blocks the deleting thread until
+    the replicas' devices run again: on the main thread, between the evaluation that reached --target
+    and the end of the process, that was 1 to 31 s under MirroredStrategy and MultiWorkerMirroredStrategy
+    on 2 CPU devices (TF 2.17.1, measured). Here the main thread goes on at once with the checkpoint,
+    the results and the export, whose steps run the devices, and the iterator goes within milliseconds."""
+    threading.Thread(target=holder.clear, name="release-train-iterator", daemon=True).start()
 
 
 @dataclass
@@ -334,7 +346,7 @@ class Trainer:
         checkpoint_every = self.checkpoint_every or self.steps_per_epoch
         eval_every = self._start_evaluation(task, evaluation, explain_eval_error)
         self.step_times = []
-        iterator = iter(dataset)
+        inputs = [iter(dataset)]  # the iterator's only reference: release_in_background drops it
         step = self.start_step
         last = time.perf_counter()
         while step < self.total_steps:
@@ -343,7 +355,7 @@ class Trainer:
                                              self.profile_steps or ())
             if self.profile_steps:
                 self.report.profile(first, before=True)
-            outputs = self._run_steps(train_loop, iterator, first, step, explain_input_error)
+            outputs = self._run_steps(train_loop, inputs[0], first, step, explain_input_error)
             test_hooks.slow_down(self.faults.slow_step, step - first + 1)
             now = time.perf_counter()
             self.step_times += [(now - last) / (step - first + 1)] * (step - first + 1)
@@ -366,6 +378,7 @@ class Trainer:
             if stop and step < self.total_steps:
                 self.checkpoints.stop(step, self.stop_flag)
             last = time.perf_counter()  # checkpoint and logging time is not step time
+        release_in_background(inputs)
         self.report.flush()
         self._check_replicas_agree()
 

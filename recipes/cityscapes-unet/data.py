@@ -211,8 +211,24 @@ def _scale_range(scale) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def _shrink(image, categories, factor: float):
+    """The example at `factor` (< 1) of its size: the image area-averaged (antialiased bilinear), the
+    categories by nearest neighbour. The one resize from full resolution, in training and evaluation."""
+    size = (round(image.shape[0] * factor), round(image.shape[1] * factor))
+    image = tf.saturate_cast(tf.round(tf.image.resize(image, size, antialias=True)), tf.uint8)
+    categories = tf.image.resize(categories[..., None], size, method="nearest")[..., 0]
+    return image, categories
+
+
+def working_factor(downscale: int, scale_range) -> float:
+    """The size, relative to the prepared images, at which training decodes and keeps an example: the
+    largest the zoom (`scale_range` at 1/`downscale` of full resolution) asks for, never above full size."""
+    return min(1.0, scale_range[1] / downscale)
+
+
 def _augment(image, categories, position, seed: int, out_size, scale_range):
-    """Random scale, crop and flip, identical for image and categories, keyed on (seed, position)."""
+    """Random scale, crop and flip, identical for image and categories, keyed on (seed, position).
+    `scale_range` is relative to the image as given."""
     out_h, out_w = out_size
     height, width = image.shape[0], image.shape[1]
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(position, tf.int64)])
@@ -264,8 +280,9 @@ def _available_memory_bytes() -> int:
 
 
 def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, height: int, width: int,
-                       count: int, data_dir):
-    """Decode the given examples once into host memory; returns a tf function index -> example."""
+                       count: int, data_dir, decode):
+    """Decode the given examples once (`decode(image_file, category_file)`, at height x width) into host
+    memory; returns a tf function index -> example."""
     needed = len(example_ids) * height * width * 4
     available = _available_memory_bytes()
     if needed > available // 2:
@@ -273,7 +290,7 @@ def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, hei
                         f"but only {available / 2**30:.1f} GiB of memory is available; train without "
                         "the cache (it only pays off for data sets that fit in memory)")
     decoded = tf.data.Dataset.from_tensor_slices(example_ids).map(
-        lambda i: _read_and_decode(tf.gather(image_files, i), tf.gather(category_files, i), height, width, count),
+        lambda i: decode(tf.gather(image_files, i), tf.gather(category_files, i)),
         num_parallel_calls=AUTOTUNE, deterministic=True)
     images = np.empty([len(example_ids), height, width, 3], np.uint8)
     categories = np.empty([len(example_ids), height, width], np.uint8)
@@ -300,23 +317,33 @@ def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, hei
 
 def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int, start_step: int = 0,
                        crop=None, scale=1.0, augment: bool = True, cache: bool = False,
-                       shard_late: bool = False) -> tf.data.Dataset:
+                       shard_late: bool = False, downscale: int = 1) -> tf.data.Dataset:
     """Batches of (image float32 [b,H,W,3] in [0,1], categories int32 [b,H,W] in 0..7), b = per-replica batch.
 
     Yields exactly (total_steps - start_step) * global_batch / num_pipelines examples for global
-    steps [start_step, total_steps). crop=(H, W) sets the output size (default: the full image);
-    scale is a zoom factor or a (min, max) range drawn per example. augment=False gives a centre
-    crop, no scale, no flip. cache=True decodes this pipeline's examples once into memory (refused
-    if they do not fit). shard_late=True reproduces the slow variant: every pipeline reads and
-    decodes the whole stream and keeps its own slices of every global batch; same output, more work.
+    steps [start_step, total_steps). downscale=N: the model sees the scenes at 1/N of their prepared
+    resolution (each decoded example shrunk once, antialiased); crop=(H, W) sets the output size
+    (default: the whole image at that resolution); scale is a zoom factor or a (min, max) range drawn
+    per example, relative to that resolution. augment=False gives a centre crop, no scale, no flip.
+    cache=True keeps this pipeline's examples in memory, decoded and shrunk (refused if they do not
+    fit). shard_late=True reproduces the slow variant: every pipeline reads and decodes the whole
+    stream and keeps its own slices of every global batch; same output, more work.
     """
     index = read_index(data_dir, "train")
     height, width = index["height"], index["width"]
-    out_size = tuple(int(side) for side in crop) if crop else (height, width)
-    if out_size[0] > height or out_size[1] > width or min(out_size) < 1:
-        raise DataError(f"crop {out_size[0]}x{out_size[1]} does not fit the {height}x{width} images "
-                        f"in {data_dir}; use a crop of at most {height}x{width}, or none")
+    if downscale < 1 or height % downscale or width % downscale:
+        raise DataError(f"downscale {downscale} does not divide the {height}x{width} images in {data_dir}; "
+                        "use a whole divisor of both sides")
     scale_range = _scale_range(scale) if augment else (1.0, 1.0)
+    factor = working_factor(downscale, scale_range)  # the size an example is decoded to and kept at
+    work_h, work_w = round(height * factor), round(width * factor)
+    out_size = tuple(int(side) for side in crop) if crop else (height // downscale, width // downscale)
+    if out_size[0] > height // downscale or out_size[1] > width // downscale or min(out_size) < 1:
+        at = f" at 1/{downscale} of their size" if downscale > 1 else ""
+        raise DataError(f"crop {out_size[0]}x{out_size[1]} does not fit the {height}x{width} images "
+                        f"in {data_dir}{at}; use a crop of at most {height // downscale}x{width // downscale}, "
+                        "or none")
+    scale_range = tuple(s / downscale / factor for s in scale_range)  # relative to the kept size
     image_files, category_files = _file_names(data_dir, "train", index)
     count = len(index["examples"])
 
@@ -330,13 +357,16 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
         order, positions = stream[mine], first + mine  # Distributed: sharded before anything is read
     examples = tf.data.Dataset.from_tensor_slices((order, positions))
 
+    def decode(image_file, category_file):
+        example = _read_and_decode(image_file, category_file, height, width, _num_classes(index))
+        return _shrink(*example, factor) if factor < 1 else example
+
     if cache:
-        fetch = _decoded_in_memory(image_files, category_files, np.unique(order), height, width,
-                                   _num_classes(index), data_dir)
+        fetch = _decoded_in_memory(image_files, category_files, np.unique(order), work_h, work_w,
+                                   _num_classes(index), data_dir, decode)
     else:
         def fetch(i):
-            return _read_and_decode(tf.gather(image_files, i), tf.gather(category_files, i), height, width,
-                                    _num_classes(index))
+            return decode(tf.gather(image_files, i), tf.gather(category_files, i))
     examples = examples.map(lambda i, position: (*fetch(i), position),
                             num_parallel_calls=AUTOTUNE, deterministic=True)
     if shard_late:
@@ -364,7 +394,9 @@ def make_eval_dataset(data_dir, split: str = "val", *, batch_size: int, size=Non
     """Every example of the split once (or of examples [share.start, share.stop): this process's
     share, see Launcher.eval_share), in index order, unaugmented; the last batch may be smaller.
 
-    size=(H, W) resizes (image bilinear, categories nearest neighbour); default: full resolution.
+    size=(H, W) resizes the images (antialiased bilinear, as training shrinks them) and never the
+    categories: they stay at the prepared resolution, which the model's prediction is scored at
+    (model.at_truth_size). Default: the images at full resolution too.
     """
     index = read_index(data_dir, split)
     height, width = index["height"], index["width"]
@@ -374,9 +406,8 @@ def make_eval_dataset(data_dir, split: str = "val", *, batch_size: int, size=Non
 
     def load(image_file, category_file):
         image, categories = _read_and_decode(image_file, category_file, height, width, _num_classes(index))
-        if size:
-            image = tf.saturate_cast(tf.round(tf.image.resize(image, size)), tf.uint8)
-            categories = tf.image.resize(categories[..., None], size, method="nearest")[..., 0]
+        if size and tuple(size) != (height, width):
+            image = tf.saturate_cast(tf.round(tf.image.resize(image, size, antialias=True)), tf.uint8)
         return image, categories
 
     examples = tf.data.Dataset.from_tensor_slices((image_files, category_files))

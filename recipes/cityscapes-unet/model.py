@@ -62,12 +62,22 @@ def build_unet(filters=32, depth=4, dropout=0.0, normalization="none", num_class
     return keras.Model(inputs, outputs, name=f"unet_f{filters}_d{depth}")
 
 
+def at_truth_size(y_true, y_pred):
+    """The prediction at the truth's resolution: a model that sees smaller images (--downscale,
+    --eval-size) is scored against the categories as prepared, its probabilities resized bilinearly to
+    them; the truth is never resized to the prediction."""
+    if y_pred.shape[1:3] == y_true.shape[1:3] and None not in y_pred.shape[1:3]:
+        return y_pred
+    return tf.cast(tf.image.resize(tf.cast(y_pred, tf.float32), tf.shape(y_true)[1:3]), y_pred.dtype)
+
+
 def cross_entropy_dice(y_true, y_pred, smooth=1.0):
     """Per-example loss: mean pixel cross-entropy + (1 - mean soft Dice over the categories).
 
     Cross-entropy alone is dominated by the large categories (flat, construction, sky); the Dice
     term weighs every category present in the image equally, so small ones (human, object) count.
     """
+    y_pred = at_truth_size(y_true, y_pred)
     cross_entropy = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred), axis=[1, 2])
     one_hot = tf.one_hot(y_true, y_pred.shape[-1], dtype=y_pred.dtype)
     intersection = tf.reduce_sum(one_hot * y_pred, axis=[1, 2])
@@ -79,6 +89,7 @@ def cross_entropy_dice(y_true, y_pred, smooth=1.0):
 def iou_sums(y_true, y_pred):
     """Per-category intersection and union pixel counts, summed over the batch (they add up across
     replicas and batches; the IoU itself does not)."""
+    y_pred = at_truth_size(y_true, y_pred)
     predicted = tf.cast(tf.argmax(y_pred, axis=-1), tf.int32)
     classes = tf.range(y_pred.shape[-1])  # the model's classes: Cityscapes' 8 or the user's
     truth = tf.equal(y_true[..., None], classes)

@@ -31,16 +31,36 @@ RECIPE = "cityscapes-unet"
 
 NORMALIZATIONS = ("none", "group", "batch")  # model.NORMALIZATIONS, without importing Keras first
 
+AUTO, SEEN_ROWS = "auto", 128  # --downscale auto: the scenes shrunk by a power of two to about 128 rows
+
+
+def downscale_for(size, depth: int) -> int:
+    """--downscale auto: the largest power of two that divides both sides and leaves at least SEEN_ROWS
+    rows, with sides the UNet of `depth` takes (multiples of 2**depth); 1 when none does."""
+    best, factor = 1, 2
+    while size[0] // factor >= SEEN_ROWS and not (size[0] % factor or size[1] % factor):
+        if not any(side // factor % 2 ** depth for side in size):
+            best = factor
+        factor *= 2
+    return best
+
+
+def downscale(text):
+    return text if text == AUTO else cli.positive_int(text)
+
+
 PRESETS = {
-    "full": dict(crop=None, filters=32, depth=4, batch_size=4, epochs=50, lr_schedule="constant",
-                 lr_warmup_steps=100),  # whole 1024x2048 images
-    # 10 epochs, the rate falling from its peak along a half cosine to 0 at the last step (no warm-up): 400
-    # steps for 80 training images, 9 minutes on the 2-core CI machine, evaluation included (the README's
-    # Results).
-    "cpu": dict(crop=(256, 512), filters=16, depth=4, batch_size=2, epochs=10, lr_schedule="cosine",
-                lr_warmup_steps=0),
-    "tiny": dict(crop=(64, 128), filters=8, depth=2, batch_size=2, epochs=50, lr_schedule="constant",
-                 lr_warmup_steps=100),
+    # Whole scenes at full size, as the cpu preset learnt best: group normalisation, a cosine schedule after
+    # a warm-up, the flip as the only augmentation.
+    "full": dict(crop=None, downscale=1, scale=(1.0, 1.0), cache=False, norm="group", filters=32, depth=4,
+                 batch_size=4, epochs=50, lr=1e-3, lr_schedule="cosine", lr_warmup_steps=100),
+    # Whole scenes about 128 rows high (1/8 of Cityscapes' 1024x2048: 128x256), kept decoded in memory: 600
+    # steps of 8 scenes for 80 training scenes, about 8 minutes on the 2-core CI machine, evaluation included
+    # (the README's Results and Model and training say what each choice measured).
+    "cpu": dict(crop=None, downscale=AUTO, scale=(1.0, 1.0), cache=True, norm="group", filters=16, depth=4,
+                batch_size=8, epochs=60, lr=2e-3, lr_schedule="cosine", lr_warmup_steps=20),
+    "tiny": dict(crop=(64, 128), downscale=1, scale=(0.75, 1.25), cache=False, norm="none", filters=8, depth=2,
+                 batch_size=2, epochs=50, lr=1e-3, lr_schedule="constant", lr_warmup_steps=100),
 }
 FULL_SIZE = (1024, 2048)
 
@@ -66,7 +86,7 @@ def scale_range(text):
 
 
 def parse_args(argv=None):
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=None, lr=1e-3, metrics=("mean_iou",))
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=None, lr=None, metrics=("mean_iou",))
     # A full-resolution step takes far longer than the host's ~0.5 ms per call: one step per call
     # keeps a stop signal answered within one step. The rate's schedule is the preset's unless given.
     parser.set_defaults(steps_per_loop=1, lr_schedule=None, lr_warmup_steps=None)
@@ -75,20 +95,30 @@ def parse_args(argv=None):
     model.add_argument("--filters", type=cli.positive_int, help="filters of the first level (doubles per level)")
     model.add_argument("--depth", type=cli.positive_int, help="down-sampling levels")
     model.add_argument("--dropout", type=cli.rate, default=0.0, help="dropout after every conv block")
-    model.add_argument("--norm", choices=NORMALIZATIONS, default="none",
+    model.add_argument("--norm", choices=NORMALIZATIONS,
                        help="normalisation after each convolution: none (default: the same in training and "
                             "inference, on crops and whole images), group (per image, over its whole extent), "
                             "batch (per replica's batch; moving statistics in inference)")
     model.add_argument("--batch-norm", dest="norm", action="store_const", const="batch", help="same as --norm batch")
     model.add_argument("--no-batch-norm", dest="norm", action="store_const", const="none",
                        help="same as --norm none")
-    model.add_argument("--crop", type=size, help="training crop HEIGHTxWIDTH (default: the preset's)")
-    model.add_argument("--scale", type=scale_range, default=(0.75, 1.25), help="random zoom range MIN:MAX")
+    model.add_argument("--downscale", type=downscale,
+                       help="N or auto: the model sees the scenes at 1/N of their prepared size, in training and "
+                            "evaluation, and its prediction is scored at full size; auto: the largest power of two "
+                            f"that leaves {SEEN_ROWS} rows or more (default: the preset's, auto for cpu)")
+    model.add_argument("--crop", type=size,
+                       help="training crop HEIGHTxWIDTH, at the --downscale size (default: the preset's; none: the "
+                            "whole scene)")
+    model.add_argument("--scale", type=scale_range, help="random zoom range MIN:MAX (default: the preset's)")
     model.add_argument("--no-augment", action="store_true", help="no zoom, crop position or flip augmentation")
-    model.add_argument("--cache", action="store_true", help="keep decoded training images in memory")
+    model.add_argument("--cache", action=argparse.BooleanOptionalAction,
+                       help="keep the training images in memory, decoded at the --downscale size (default: the "
+                            "preset's)")
     model.add_argument("--shard-late", action="store_true",
                        help="decode everything, then shard (the slow variant, for comparison)")
-    model.add_argument("--eval-size", type=size, help="resize val images to HEIGHTxWIDTH (default: as prepared)")
+    model.add_argument("--eval-size", type=size,
+                       help="resize val images to HEIGHTxWIDTH for the model; the prediction is resized back to "
+                            "the categories, which are never resized (default: 1/--downscale of the prepared size)")
     model.add_argument("--eval-batch-size", type=cli.positive_int, default=2)
     model.add_argument("--predict-dir", help="write colour PNGs of the predictions for val images here")
     model.add_argument("--predict-count", type=cli.positive_int, default=8)
@@ -100,7 +130,12 @@ def parse_args(argv=None):
     args.depth = args.depth or preset["depth"]
     args.batch_size = args.batch_size or preset["batch_size"]
     args.crop = args.crop or preset["crop"]
+    args.downscale = args.downscale or preset["downscale"]
+    args.scale = args.scale or preset["scale"]
+    args.cache = preset["cache"] if args.cache is None else args.cache
+    args.norm = args.norm or preset["norm"]
     args.epochs = args.epochs or preset["epochs"]
+    args.lr = args.lr or preset["lr"]
     args.lr_schedule = args.lr_schedule or preset["lr_schedule"]
     if args.lr_warmup_steps is None:
         args.lr_warmup_steps = preset["lr_warmup_steps"]
@@ -125,7 +160,7 @@ from tf_recipes import export, training  # noqa: E402
 from tf_recipes.data import DataError  # noqa: E402
 from tf_recipes.launchers import create_launcher  # noqa: E402
 from labels import CATEGORY_COLOURS, CATEGORY_NAMES, NUM_CATEGORIES  # noqa: E402
-from model import build_unet, cross_entropy_dice, iou_sums, mean_iou, truth_sums  # noqa: E402
+from model import at_truth_size, build_unet, cross_entropy_dice, iou_sums, mean_iou, truth_sums  # noqa: E402
 
 
 # ## Data
@@ -139,7 +174,10 @@ def describe_data(args, launcher):
     if args.benchmark or args.synthetic:
         # Distributed: generated examples for the steps of the global batch (per-replica batch x replicas)
         num_examples = (args.max_steps or 20) * args.batch_size * launcher.num_replicas
-        return num_examples, list(CATEGORY_NAMES), list(CATEGORY_COLOURS), args.crop or FULL_SIZE
+        if args.downscale == AUTO:
+            args.downscale = downscale_for(FULL_SIZE, args.depth)
+        whole = (FULL_SIZE[0] // args.downscale, FULL_SIZE[1] // args.downscale)
+        return num_examples, list(CATEGORY_NAMES), list(CATEGORY_COLOURS), args.crop or whole
     if not args.data_dir:
         raise DataError("--data-dir is required: the folder written by "
                         "`python recipes/cityscapes-unet/prepare_data.py --source CITYSCAPES --out DIR` "
@@ -147,10 +185,18 @@ def describe_data(args, launcher):
     num_examples = data.num_examples(args.data_dir, "train")
     class_names, palette = data.classes(args.data_dir)
     size = data.image_size(args.data_dir)
-    if not args.eval_size and any(side % 2 ** args.depth for side in size):  # the UNet's skips need this
-        raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}; the UNet of --depth {args.depth} "
-                        f"needs sides that are multiples of {2 ** args.depth}: prepare them with --size HxW, "
-                        "or pass --eval-size and --crop")
+    if args.downscale == AUTO:
+        args.downscale = downscale_for(size, args.depth)
+    if any(side % args.downscale for side in size):
+        raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}, which --downscale {args.downscale} "
+                        "does not divide; choose a --downscale that divides both sides, or prepare them with --size HxW")
+    # The size the model sees val images at; the prediction is scored at `size`
+    args.eval_size = args.eval_size or (size[0] // args.downscale, size[1] // args.downscale)
+    if any(side % 2 ** args.depth for side in args.eval_size):  # the UNet's skips need this
+        seen = f", seen at {args.eval_size[0]}x{args.eval_size[1]}" if tuple(args.eval_size) != tuple(size) else ""
+        raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}{seen}; the UNet of --depth "
+                        f"{args.depth} needs sides that are multiples of {2 ** args.depth}: prepare them with "
+                        "--size HxW, or pass --eval-size and --crop")
     return num_examples, class_names, palette, size
 
 
@@ -207,8 +253,9 @@ def write_predictions(model, data_dir, folder, count, eval_size, colours):
     palette = tf.constant(colours, tf.uint8)
     written = 0
     for images, labels in data.make_eval_dataset(data_dir, "val", batch_size=1, size=eval_size).take(count):
-        predicted = tf.argmax(model(images, training=False), axis=-1)
-        row = tf.concat([tf.cast(images[0] * 255, tf.uint8), tf.gather(palette, predicted[0]),
+        predicted = tf.argmax(at_truth_size(labels, model(images, training=False)), axis=-1)
+        image = tf.image.resize(images[0] * 255, tf.shape(labels)[1:3])
+        row = tf.concat([tf.saturate_cast(tf.round(image), tf.uint8), tf.gather(palette, predicted[0]),
                          tf.gather(palette, labels[0])], axis=1)
         tf.io.write_file(os.path.join(folder, f"val_{written:04d}.png"), tf.io.encode_png(row))
         written += 1
@@ -246,7 +293,8 @@ def main(args):
             return synthetic_dataset(shard, *size, trainer.total_steps - trainer.start_step, args.seed)
         return data.make_train_dataset(
             args.data_dir, shard, trainer.total_steps, args.seed, trainer.start_step, crop=args.crop,
-            scale=args.scale, augment=not args.no_augment, cache=args.cache, shard_late=args.shard_late)
+            scale=args.scale, augment=not args.no_augment, cache=args.cache, shard_late=args.shard_late,
+            downscale=args.downscale)
 
     # A file that fails to decode mid-run is named by re-reading the examples of the failing step.
     explain = None if synthetic else data.explain_train_error(args.data_dir, trainer.global_batch, args.seed)
@@ -258,12 +306,14 @@ def main(args):
     final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette, explain_val)
     trainer.save_results({
         "precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
-        "normalization": args.norm, "crop": args.crop, "shard_late": args.shard_late,
+        "normalization": args.norm, "crop": args.crop, "downscale": args.downscale, "eval_size": args.eval_size,
+        "shard_late": args.shard_late,
         "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
         "parameters": model.count_params(), "classes": class_names, "final_metrics": final_metrics})
     export.export_model(launcher, results_dir, model, lambda: build_model(args, len(class_names)),
                         enabled=args.export, recipe=RECIPE, task=export.SEGMENTATION, class_names=class_names,
-                        palette=palette, image_size=args.eval_size or size, channels=3,
+                        palette=palette, image_size=args.eval_size or size, output_size=size, antialias=True,
+                        channels=3,
                         to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
     trainer.check_target()  # --target: a run that never reached it ends with status 13
 

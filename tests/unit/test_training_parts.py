@@ -1,6 +1,6 @@
 """The pure parts of the training loop and its neighbours, with real values: where a compiled call ends
-(tf_recipes.training.loop_end), the learning-rate warm-up, the evaluation sums, the weights' fingerprint,
-the SLURM variables' check, a resume's identity check (tf_recipes.checkpoints), the progress line and
+(tf_recipes.training.loop_end), the training iterator released off the main thread, the learning-rate
+warm-up, the evaluation sums, the weights' fingerprint, the SLURM variables' check, a resume's identity check (tf_recipes.checkpoints), the progress line and
 results.json (tf_recipes.reporting), and the test hooks (tf_recipes.test_hooks). No model is trained here."""
 import errno
 import os
@@ -63,6 +63,22 @@ def test_the_rate_is_scaled_only_when_asked_and_there_are_several_replicas():
 
 
 # -- evaluation sums ------------------------------------------------------------------------------------
+
+def test_the_training_iterator_is_released_off_the_main_thread_and_nothing_else_holds_it():
+    import threading
+
+    released = threading.Event()
+
+    class Inputs:  # stands for the distributed iterator, whose deletion blocks the thread that deletes it
+        def __del__(self):
+            released.name = threading.current_thread().name
+            released.set()
+
+    holder = [Inputs()]
+    training.release_in_background(holder)
+    assert released.wait(10) and released.name == "release-train-iterator"
+    assert holder == []
+
 
 def test_evaluation_sums_travel_in_one_collective_and_keep_their_shapes():
     calls = []

@@ -155,8 +155,29 @@ def test_eval_dataset_has_every_example_unaugmented(data_dir):
     last_id = json.loads(layout.index_path(data_dir, "val").read_text())["examples"][-1]
     expected = np.asarray(Image.open(layout.prepared_categories(data_dir, "val", last_id)))
     np.testing.assert_array_equal(out[-1][1][0], expected)
+    # --eval-size shrinks the images the model sees, never the categories it is scored against
     small = list(data.make_eval_dataset(data_dir, "val", batch_size=3, size=(16, 32)).as_numpy_iterator())
-    assert small[0][0].shape == (3, 16, 32, 3) and small[0][1].shape == (3, 16, 32)
+    assert small[0][0].shape == (3, 16, 32, 3) and small[0][1].shape == (3, *SIZE)
+    np.testing.assert_array_equal(small[0][1][-1], expected)
+
+
+def test_downscaled_training_sees_whole_scenes_at_the_eval_size_cached_or_not(data_dir):
+    shard = InputShard(1, 0, 2, 2)
+    plain = batches(data_dir, shard, total_steps=4, downscale=2, scale=(1.0, 1.0))
+    cached = batches(data_dir, shard, total_steps=4, downscale=2, scale=(1.0, 1.0), cache=True)
+    half = (SIZE[0] // 2, SIZE[1] // 2)
+    assert [images.shape for images, _ in plain] == [(2, *half, 3)] * 4
+    for (a, b), (c, d) in zip(plain, cached, strict=True):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    # Unflipped, a training scene is its eval image: the same shrink from full size
+    evaluated = [image for image, _ in data.make_eval_dataset(data_dir, "train", batch_size=1, size=half)
+                 .as_numpy_iterator()]
+    unflipped = [image for images, _ in plain for image in images
+                 if any(np.array_equal(image, other[0]) for other in evaluated)]
+    assert unflipped
+    with pytest.raises(DataError, match="downscale 3 does not divide the 32x64 images"):
+        data.make_train_dataset(data_dir, shard, 2, 0, downscale=3)
 
 
 def test_missing_or_incomplete_data_names_the_path_and_the_fix(data_dir, tmp_path):

@@ -1,8 +1,8 @@
-"""The UNet's normalisation. The default model computes every pixel from the pixels around it only: the same
-in training and in inference, whatever else is in the batch and however much of the scene the input holds.
-So a small per-replica batch, training on crops and evaluating whole images, or the number of replicas
-cannot change what it predicts. Batch norm (--norm batch) depends on the batch and group norm (--norm
-group) on the input's extent; these checks tell each of them apart from the default."""
+"""The UNet's normalisation and how its prediction is scored. Without normalisation every pixel is computed
+from the pixels around it only; group norm (the cpu and full presets) normalises each image on its own, so
+the rest of the batch, and so the number of replicas it is split over, cannot change what it predicts;
+batch norm (--norm batch) depends on the batch. These checks tell each of them apart. A model that sees
+scenes smaller than their categories is scored against the categories at their own size."""
 import numpy as np
 import pytest
 
@@ -37,10 +37,10 @@ def extent_effect(model, image):
 
 
 @pytest.mark.parametrize("preset", sorted(train.PRESETS))
-def test_every_preset_defaults_to_no_normalisation(preset):
-    assert train.parse_args(["--preset", preset]).norm == "none"
+def test_each_preset_s_normalisation_is_per_example_and_flags_override_it(preset):
+    assert train.parse_args(["--preset", preset]).norm == {"tiny": "none"}.get(preset, "group")
     assert train.parse_args(["--preset", preset, "--batch-norm"]).norm == "batch"
-    assert train.parse_args(["--preset", preset, "--norm", "group"]).norm == "group"
+    assert train.parse_args(["--preset", preset, "--norm", "none"]).norm == "none"
     assert train.parse_args(["--preset", preset, "--batch-norm", "--no-batch-norm"]).norm == "none"
     assert train.NORMALIZATIONS == model_module.NORMALIZATIONS
 
@@ -71,14 +71,34 @@ def test_group_counts_fit_any_filter_count():
         model_module.build_unet(8, 2, 0.0, True)
 
 
-def test_presets_set_epochs_and_rate_schedule_and_flags_override_them():
+def test_presets_set_what_a_step_sees_and_the_rate_and_flags_override_them():
     cpu = train.parse_args(["--preset", "cpu"])
-    assert (cpu.epochs, cpu.lr_schedule, cpu.lr_warmup_steps, cpu.lr) == (10, "cosine", 0, 1e-3)
+    assert (cpu.downscale, cpu.crop, cpu.scale, cpu.cache, cpu.batch_size) == ("auto", None, (1.0, 1.0), True, 8)
+    # auto: whole scenes about 128 rows high, by a power of two that divides both sides into sides the UNet takes
+    assert [train.downscale_for(size, 4) for size in ((1024, 2048), (512, 1024), (256, 512), (720, 1280))] == [
+        8, 4, 2, 1]
+    assert (cpu.epochs, cpu.lr_schedule, cpu.lr_warmup_steps, cpu.lr) == (60, "cosine", 20, 2e-3)
     full = train.parse_args([])
-    assert (full.epochs, full.lr_schedule, full.lr_warmup_steps) == (50, "constant", 100)
+    assert (full.downscale, full.crop, full.scale, full.cache) == (1, None, (1.0, 1.0), False)
+    assert (full.epochs, full.lr_schedule, full.lr_warmup_steps, full.lr) == (50, "cosine", 100, 1e-3)
     overridden = train.parse_args(["--preset", "cpu", "--epochs", "3", "--lr-schedule", "constant",
-                                   "--lr-warmup-steps", "5"])
-    assert (overridden.epochs, overridden.lr_schedule, overridden.lr_warmup_steps) == (3, "constant", 5)
+                                   "--lr-warmup-steps", "5", "--lr", "0.01", "--downscale", "2", "--crop", "64x128",
+                                   "--scale", "0.5:2", "--no-cache"])
+    assert (overridden.epochs, overridden.lr_schedule, overridden.lr_warmup_steps, overridden.lr) == (
+        3, "constant", 5, 0.01)
+    assert (overridden.downscale, overridden.crop, overridden.scale, overridden.cache) == (2, (64, 128), (0.5, 2.0),
+                                                                                         False)
+
+
+def test_a_smaller_prediction_is_scored_against_the_categories_at_their_own_size():
+    import tensorflow as tf
+
+    truth = np.zeros((1, 4, 8), np.int32)
+    truth[0, 0, 0] = 1  # one pixel of category 1, smaller than a pixel of the prediction
+    predicted = tf.one_hot(np.zeros((1, 2, 4), np.int32), 8)  # category 0 everywhere, at half the size
+    sums = {k: v.numpy() for k, v in model_module.iou_sums(tf.constant(truth), predicted).items()}
+    assert (sums["intersection"][:2].tolist(), sums["union"][:2].tolist()) == ([31, 0], [32, 1])
+    assert model_module.cross_entropy_dice(tf.constant(truth), predicted).shape == (1,)
 
 
 def test_the_cpu_preset_s_rate_falls_from_its_peak_to_zero():
