@@ -240,12 +240,15 @@ def side_by_side_lines(spec: dict, benchmark: dict, results: dict) -> tuple[list
     --target run's rows, a per-category table of both, and the paragraph that says how they were run."""
     last = benchmark["rounds"][-1]
     recipe, baseline, target = last["recipe"], last["baseline"], last.get("target_run")
-    if recipe["steps"] != results["steps"] or recipe["mean_iou"] != round(results["final_metrics"]["val"]["mean_iou"], 4):
+    kept_iou = round(results["final_metrics"]["val"]["mean_iou"], 4)
+    if recipe["steps"] != results["steps"] or recipe["mean_iou"] != kept_iou:
         raise ResultsError(f"{spec['benchmark']} is not the run kept in docs/results: keep its recipe run "
-                           "(ci/bench/segmentation.py --results-dir DIR, then invoke results cityscapes-unet --from DIR)")
+                           "(ci/bench/segmentation.py --results-dir DIR, then invoke results cityscapes-unet "
+                           "--from DIR)")
     size = "x".join(str(side) for side in baseline["size"])
     rows = [f"| {spec['name']} | keras.io-style U-Net, scenes at {size}, the recipe's wall time "
-            f"(`ci/bench/cityscapes_baseline.py`) | — | 1 | {baseline['steps']} | {minutes(baseline['wall_seconds'])} | "
+            f"(`ci/bench/cityscapes_baseline.py`) | — | 1 | {baseline['steps']} | "
+            f"{minutes(baseline['wall_seconds'])} | "
             f"— | {baseline['mean_iou']:.4f} | — | same machine, same hour |"]
     if target:
         rows.append(f"| {spec['name']} | `{target['flags']}` | single | 1 | "
@@ -255,9 +258,9 @@ def side_by_side_lines(spec: dict, benchmark: dict, results: dict) -> tuple[list
     cell = lambda value: "—" if value is None else f"{value:.3f}"  # noqa: E731
     table = ["", "| IoU per category | " + " | ".join(names) + " | mean |",
              "|---|" + "---|" * (len(names) + 1),
-             f"| cityscapes-unet `--preset cpu` | " + " | ".join(map(cell, recipe["iou_per_category"]))
+             "| cityscapes-unet `--preset cpu` | " + " | ".join(map(cell, recipe["iou_per_category"]))
              + f" | **{recipe['mean_iou']:.3f}** |",
-             f"| keras.io-style U-Net | " + " | ".join(map(cell, baseline["iou_per_category"]))
+             "| keras.io-style U-Net | " + " | ".join(map(cell, baseline["iou_per_category"]))
              + f" | {baseline['mean_iou']:.3f} |"]
     reached = recipe.get("time_to_iou")
     text = (f"Side by side in one run of `python -m ci.bench.segmentation --data-dir DIR --results-dir RUN --json "
@@ -274,7 +277,8 @@ def side_by_side_lines(spec: dict, benchmark: dict, results: dict) -> tuple[list
         text += (f" The recipe's learning curve first reached a mean IoU of {benchmark['target_iou']} at step "
                  f"{reached['step']}, {reached['seconds']:.0f} s after its start.")
     if target:
-        text += (f" Run with `--target mean_iou={benchmark['target_iou']}`, it reached it at step {target['target_step']}, "
+        text += (f" Run with `--target mean_iou={benchmark['target_iou']}`, it reached it at step "
+                 f"{target['target_step']}, "
                  f"{target['time_to_target']:.0f} s after its start, and its process ended "
                  f"{target['wall_seconds'] - target['time_to_target']:.1f} s later, checkpoint, results and export "
                  f"included: {target['wall_seconds']:.0f} s from start to exit.")

@@ -9,7 +9,10 @@
   (`python -m ci.bench.predict`);
 - `time_to_accuracy.py`: mnist-cnn's wall time to a test accuracy on the real digits against the
   short-script baseline, `mnist_baseline.py` (a keras-io-style convnet), run side by side
-  (`python -m ci.bench.time_to_accuracy`).
+  (`python -m ci.bench.time_to_accuracy`);
+- `segmentation.py`: cityscapes-unet's `--preset cpu` against the short-script baseline,
+  `cityscapes_baseline.py` (a keras.io-style U-Net), given the same wall time, both scored at the
+  categories' full resolution, and the recipe's time to a mean IoU (`python -m ci.bench.segmentation`).
 
 The recipes' input-pipeline benchmarks stay in their folders (`recipes/*/benchmark_input.py`) and
 share common/pipeline_bench.py.

@@ -78,6 +78,27 @@ def get_model(img_size, num_classes):
     return keras.Model(inputs, outputs)
 
 
+def score(model, data_dir, size, num_classes):
+    """Mean IoU and per-category IoU on the val scenes, at the categories' full resolution: the prediction
+    is up-sampled, never the truth down-sampled."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    intersection, union = np.zeros(num_classes), np.zeros(num_classes)
+    for image_path, mask_path in zip(*pairs(data_dir, "val"), strict=True):
+        truth = np.asarray(keras.utils.load_img(mask_path, color_mode="grayscale"))
+        image = np.asarray(keras.utils.load_img(image_path, target_size=size), "float32")[None] / 255.0
+        predicted = tf.argmax(model.predict(image, verbose=0), axis=-1)[0, ..., None]
+        predicted = tf.image.resize(predicted, truth.shape, method="nearest")[..., 0].numpy()
+        for c in range(num_classes):
+            intersection[c] += np.sum((truth == c) & (predicted == c))
+            union[c] += np.sum((truth == c) | (predicted == c))
+    present = union > 0
+    per_category = [float(i / u) if u else None for i, u in zip(intersection, union, strict=True)]
+    return float(np.mean(intersection[present] / union[present])), per_category
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="a folder prepared by cityscapes-unet's prepare_data.py")
@@ -91,7 +112,6 @@ def main():
 
     import keras
     import numpy as np
-    import tensorflow as tf
 
     with open(os.path.join(args.data_dir, "train.json")) as handle:
         class_names = json.load(handle).get("categories") or ["void", "flat", "construction", "object", "nature",
@@ -121,19 +141,7 @@ def main():
     trained = fit_ended - STARTED
     epochs = len(history.history["loss"])
 
-    # Scored at the categories' full resolution: the prediction is up-sampled, never the truth down-sampled.
-    intersection, union = np.zeros(num_classes), np.zeros(num_classes)
-    for image_path, mask_path in zip(*pairs(args.data_dir, "val"), strict=True):
-        truth = np.asarray(keras.utils.load_img(mask_path, color_mode="grayscale"))
-        image = np.asarray(keras.utils.load_img(image_path, target_size=args.size), "float32")[None] / 255.0
-        predicted = tf.argmax(model.predict(image, verbose=0), axis=-1)[0, ..., None]
-        predicted = tf.image.resize(predicted, truth.shape, method="nearest")[..., 0].numpy()
-        for c in range(num_classes):
-            intersection[c] += np.sum((truth == c) & (predicted == c))
-            union[c] += np.sum((truth == c) | (predicted == c))
-    present = union > 0
-    per_category = [float(i / u) if u else None for i, u in zip(intersection, union, strict=True)]
-    mean_iou = float(np.mean(intersection[present] / union[present]))
+    mean_iou, per_category = score(model, args.data_dir, args.size, num_classes)
     print(f"val: mean IoU {mean_iou:.4f} after {epochs} epochs, {trained:.0f} s", flush=True)
     if args.json:
         with open(args.json, "w") as handle:

@@ -13,9 +13,9 @@ Each round runs, as whole processes on the same machine, one after the other:
   its whole process's, start to exit, so the time it takes to end after reaching it.
 Both score their prediction on the val scenes at the categories' full resolution. The report gives
 each one's mean IoU and per-category IoU, the recipe's time to a mean IoU of --target-iou (its first
-evaluation at or above it, from its learning curve, and as a run of its own), and the commands. PREPARED is a folder written
-by recipes/cityscapes-unet/prepare_data.py; --results-dir keeps the recipe's run of the last round
-there (for `invoke results cityscapes-unet --from DIR`).
+evaluation at or above it, from its learning curve, and as a run of its own), and the commands.
+PREPARED is a folder written by recipes/cityscapes-unet/prepare_data.py; --results-dir keeps the
+recipe's run of the last round there (for `invoke results cityscapes-unet --from DIR`).
 """
 import argparse
 import json

@@ -315,6 +315,36 @@ def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, hei
     return fetch
 
 
+def _fetcher(data_dir, index: dict, image_files, category_files, factor: float, cached_ids=None):
+    """A tf function example index -> (image, categories), decoded and shrunk to `factor` of the prepared
+    size; with `cached_ids`, those examples are decoded once into memory and read from there."""
+    height, width, count = index["height"], index["width"], _num_classes(index)
+
+    def decode(image_file, category_file):
+        example = _read_and_decode(image_file, category_file, height, width, count)
+        return _shrink(*example, factor) if factor < 1 else example
+
+    if cached_ids is not None:
+        return _decoded_in_memory(image_files, category_files, cached_ids, round(height * factor),
+                                  round(width * factor), count, data_dir, decode)
+    return lambda i: decode(tf.gather(image_files, i), tf.gather(category_files, i))
+
+
+def _output_size(data_dir, height: int, width: int, downscale: int, crop) -> tuple[int, int]:
+    """A training example's size: `crop`, or the whole image at 1/`downscale`; a DataError if either does
+    not fit the prepared images."""
+    if downscale < 1 or height % downscale or width % downscale:
+        raise DataError(f"downscale {downscale} does not divide the {height}x{width} images in {data_dir}; "
+                        "use a whole divisor of both sides")
+    out_size = tuple(int(side) for side in crop) if crop else (height // downscale, width // downscale)
+    if out_size[0] > height // downscale or out_size[1] > width // downscale or min(out_size) < 1:
+        at = f" at 1/{downscale} of their size" if downscale > 1 else ""
+        raise DataError(f"crop {out_size[0]}x{out_size[1]} does not fit the {height}x{width} images "
+                        f"in {data_dir}{at}; use a crop of at most {height // downscale}x{width // downscale}, "
+                        "or none")
+    return out_size
+
+
 def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int, start_step: int = 0,
                        crop=None, scale=1.0, augment: bool = True, cache: bool = False,
                        shard_late: bool = False, downscale: int = 1) -> tf.data.Dataset:
@@ -331,18 +361,9 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     """
     index = read_index(data_dir, "train")
     height, width = index["height"], index["width"]
-    if downscale < 1 or height % downscale or width % downscale:
-        raise DataError(f"downscale {downscale} does not divide the {height}x{width} images in {data_dir}; "
-                        "use a whole divisor of both sides")
+    out_size = _output_size(data_dir, height, width, downscale, crop)
     scale_range = _scale_range(scale) if augment else (1.0, 1.0)
     factor = working_factor(downscale, scale_range)  # the size an example is decoded to and kept at
-    work_h, work_w = round(height * factor), round(width * factor)
-    out_size = tuple(int(side) for side in crop) if crop else (height // downscale, width // downscale)
-    if out_size[0] > height // downscale or out_size[1] > width // downscale or min(out_size) < 1:
-        at = f" at 1/{downscale} of their size" if downscale > 1 else ""
-        raise DataError(f"crop {out_size[0]}x{out_size[1]} does not fit the {height}x{width} images "
-                        f"in {data_dir}{at}; use a crop of at most {height // downscale}x{width // downscale}, "
-                        "or none")
     scale_range = tuple(s / downscale / factor for s in scale_range)  # relative to the kept size
     image_files, category_files = _file_names(data_dir, "train", index)
     count = len(index["examples"])
@@ -357,16 +378,7 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
         order, positions = stream[mine], first + mine  # Distributed: sharded before anything is read
     examples = tf.data.Dataset.from_tensor_slices((order, positions))
 
-    def decode(image_file, category_file):
-        example = _read_and_decode(image_file, category_file, height, width, _num_classes(index))
-        return _shrink(*example, factor) if factor < 1 else example
-
-    if cache:
-        fetch = _decoded_in_memory(image_files, category_files, np.unique(order), work_h, work_w,
-                                   _num_classes(index), data_dir, decode)
-    else:
-        def fetch(i):
-            return decode(tf.gather(image_files, i), tf.gather(category_files, i))
+    fetch = _fetcher(data_dir, index, image_files, category_files, factor, np.unique(order) if cache else None)
     examples = examples.map(lambda i, position: (*fetch(i), position),
                             num_parallel_calls=AUTOTUNE, deterministic=True)
     if shard_late:

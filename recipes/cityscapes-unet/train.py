@@ -125,20 +125,9 @@ def parse_args(argv=None):
     model.add_argument("--benchmark", action="store_true",
                        help="generated full-size tensors, --max-steps (default 20) after --warmup-steps; no eval")
     args = parser.parse_args(argv)
-    preset = PRESETS[args.preset]
-    args.filters = args.filters or preset["filters"]
-    args.depth = args.depth or preset["depth"]
-    args.batch_size = args.batch_size or preset["batch_size"]
-    args.crop = args.crop or preset["crop"]
-    args.downscale = args.downscale or preset["downscale"]
-    args.scale = args.scale or preset["scale"]
-    args.cache = preset["cache"] if args.cache is None else args.cache
-    args.norm = args.norm or preset["norm"]
-    args.epochs = args.epochs or preset["epochs"]
-    args.lr = args.lr or preset["lr"]
-    args.lr_schedule = args.lr_schedule or preset["lr_schedule"]
-    if args.lr_warmup_steps is None:
-        args.lr_warmup_steps = preset["lr_warmup_steps"]
+    for key, value in PRESETS[args.preset].items():  # a flag given overrides its preset's value
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if args.benchmark:
         args.max_steps = args.max_steps or 20
     multiple = 2 ** args.depth
@@ -188,8 +177,9 @@ def describe_data(args, launcher):
     if args.downscale == AUTO:
         args.downscale = downscale_for(size, args.depth)
     if any(side % args.downscale for side in size):
-        raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}, which --downscale {args.downscale} "
-                        "does not divide; choose a --downscale that divides both sides, or prepare them with --size HxW")
+        raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}, which --downscale "
+                        f"{args.downscale} does not divide; choose a --downscale that divides both sides, or "
+                        "prepare them with --size HxW")
     # The size the model sees val images at; the prediction is scored at `size`
     args.eval_size = args.eval_size or (size[0] // args.downscale, size[1] // args.downscale)
     if any(side % 2 ** args.depth for side in args.eval_size):  # the UNet's skips need this

@@ -1,7 +1,8 @@
 """The pure parts of the training loop and its neighbours, with real values: where a compiled call ends
 (tf_recipes.training.loop_end), the training iterator released off the main thread, the learning-rate
-warm-up, the evaluation sums, the weights' fingerprint, the SLURM variables' check, a resume's identity check (tf_recipes.checkpoints), the progress line and
-results.json (tf_recipes.reporting), and the test hooks (tf_recipes.test_hooks). No model is trained here."""
+warm-up, the evaluation sums, the weights' fingerprint, the SLURM variables' check, a resume's identity check
+(tf_recipes.checkpoints), the progress line and results.json (tf_recipes.reporting), and the test hooks
+(tf_recipes.test_hooks). No model is trained here."""
 import errno
 import os
 from types import SimpleNamespace

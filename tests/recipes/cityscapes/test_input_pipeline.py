@@ -72,8 +72,11 @@ def test_two_early_pipelines_split_each_global_batch_of_one_pipeline(data_dir, e
     assert len(set(everything)) == len(everything) == steps * 4
 
 
-def test_augmentation_follows_the_example_across_launchers_and_resumes(data_dir):
-    kwargs = dict(total_steps=6, crop=(16, 32), scale=(0.7, 1.4))  # 3 epochs
+@pytest.mark.parametrize("kwargs", [dict(crop=(16, 32), scale=(0.7, 1.4)),  # zoom and crop at full size
+                                    dict(downscale=2, scale=(1.0, 1.0), cache=True)],  # the cpu preset's way
+                         ids=["crop", "downscaled-cached"])
+def test_augmentation_follows_the_example_across_launchers_and_resumes(data_dir, kwargs):
+    kwargs = dict(total_steps=6, **kwargs)  # 3 epochs
     single = batches(data_dir, InputShard(1, 0, 4, 4), **kwargs)
     pipes = [batches(data_dir, shard, **kwargs) for shard in two_pipelines()]
     for step, (images, categories) in enumerate(single):
