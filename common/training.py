@@ -160,12 +160,15 @@ def summed_over_processes(launcher: Launcher, totals: dict) -> dict:
 def release_in_background(holder: list) -> None:
     """Drop the training iterator, `holder`'s only item and its only reference, on a helper thread.
 
-    Deleting a distributed iterator whose input is still prefetching blocks the deleting thread until
-    the replicas' devices run again: on the main thread, between the evaluation that reached --target
-    and the end of the process, that was 1 to 31 s under MirroredStrategy and MultiWorkerMirroredStrategy
-    on 2 CPU devices (TF 2.17.1, measured). Here the main thread goes on at once with the checkpoint,
-    the results and the export, whose steps run the devices, and the iterator goes within milliseconds."""
-    threading.Thread(target=holder.clear, name="release-train-iterator", daemon=True).start()
+    Deleting a distributed iterator whose input is still prefetching can block the deleting thread for
+    seconds: on the main thread, between the evaluation that reached --target and the end of the
+    process, that was 1 to 31 s under MirroredStrategy and MultiWorkerMirroredStrategy on 2 CPU devices
+    (TF 2.17.1, measured). Here the main thread goes on at once with the checkpoint, the results and the
+    export; under MirroredStrategy the iterator then goes within milliseconds. Under
+    MultiWorkerMirroredStrategy it can still take up to about 30 s, which the process waits for at its
+    exit: the thread is not a daemon, since a deletion that returned into a finalising interpreter
+    aborted the process (status 134)."""
+    threading.Thread(target=holder.clear, name="release-train-iterator").start()
 
 
 @dataclass
