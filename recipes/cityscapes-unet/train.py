@@ -12,9 +12,10 @@ count and colours come from the prepared index. The same script runs under every
 
 or `invoke run cityscapes-unet --gpus 8 --data-dir data/cityscapes`.
 
-`--preset full` (default) trains on whole 1024x2048 images, 4 per replica; `--preset cpu` and
-`--preset tiny` are smaller models on crops for CPU runs and tests. `--benchmark` trains on generated
-full-size tensors for a fixed number of steps, so that it measures compute without the input pipeline.
+`--preset full` (default) trains on whole 1024x2048 images, 4 per replica; `--preset cpu` is a smaller
+model on whole scenes shrunk to about 128 rows (128x256 for Cityscapes), scored at full size, for a CPU;
+`--preset tiny` one on small crops, for tests. `--benchmark` trains on generated tensors of the preset's
+size for a fixed number of steps, so that it measures compute without the input pipeline.
 """
 import argparse
 import math
@@ -96,9 +97,10 @@ def parse_args(argv=None):
     model.add_argument("--depth", type=cli.positive_int, help="down-sampling levels")
     model.add_argument("--dropout", type=cli.rate, default=0.0, help="dropout after every conv block")
     model.add_argument("--norm", choices=NORMALIZATIONS,
-                       help="normalisation after each convolution: none (default: the same in training and "
-                            "inference, on crops and whole images), group (per image, over its whole extent), "
-                            "batch (per replica's batch; moving statistics in inference)")
+                       help="normalisation after each convolution (default: the preset's, group but for tiny): "
+                            "none (the same in training and inference, on crops and whole images), group (per "
+                            "image, over its whole extent), batch (per replica's batch; moving statistics in "
+                            "inference)")
     model.add_argument("--batch-norm", dest="norm", action="store_const", const="batch", help="same as --norm batch")
     model.add_argument("--no-batch-norm", dest="norm", action="store_const", const="none",
                        help="same as --norm none")
