@@ -26,6 +26,7 @@ import tempfile
 
 from ci.bench.time_to_accuracy import machine, timed
 from tf_recipes.contract import EXIT_DONE
+from tf_recipes.results import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BASELINE = os.path.join(ROOT, "ci", "bench", "cityscapes_baseline.py")
@@ -122,10 +123,7 @@ def main() -> None:
     print(json.dumps({"rounds": [r["recipe_minus_baseline"] for r in report["rounds"]],
                       "recipe_at_or_above_baseline": report["recipe_at_or_above_baseline"]}))
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
-            handle.write("\n")
+        write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from tf_recipes.contract import EXIT_DONE, EXIT_TARGET_MISSED
+from tf_recipes.results import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BASELINE = os.path.join(ROOT, "ci", "bench", "mnist_baseline.py")
@@ -107,10 +108,7 @@ def main() -> None:
     }
     print(json.dumps(report["median"], indent=2))
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
-            handle.write("\n")
+        write_json(args.json, report)
 
 
 if __name__ == "__main__":
