@@ -14,6 +14,8 @@
   report and the issue filer.
 - `ci.bench`: the benchmarks (`invoke bench`, the host-overhead benchmark, the time to accuracy); their
   kept reports are in docs/bench/.
+- `imports.py`: the library modules each recipe's train.py pulls in, with their lines (`python -m
+  ci.imports`).
 - `results.py`: the recipes' README Results sections (`invoke results`), from the kept runs in
   docs/results/.
 

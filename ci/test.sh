@@ -99,7 +99,7 @@ else
     paths=()
     bash ci/setup.sh --stack ngc-25.02  # .venv without Horovod: what the image builds need
     if only_output_options "$@"; then
-        # The unit and recipes tiers need no Horovod, Docker engine or SLURM (tests/unit/test_unit_tier.py),
+        # The unit and recipes tiers need no Horovod, Docker engine or SLURM,
         # so they run now, beside the rest of the set-up, which often waits on downloads; the
         # integration tier runs once the set-up is done and they have ended.
         setsid "$venv/bin/python" -m pytest "${parallel[@]}" tests/recipes tests/unit "$@" \

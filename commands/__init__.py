@@ -4,7 +4,7 @@
 module), `launch` (the processes of each launcher), `containers` (docker and apptainer), `slurm` (sbatch
 scripts), `k8s` (MPIJob, TFJob and Indexed Job manifests), `launch_files` (every recipe's
 launch/ folder) and `scaffold` (a new recipe folder made from another, for `invoke new`). Nothing
-here starts a process, writes or reads a file, or reads the environment:
-tests/unit/test_layout.py proves it. The tasks (tasks/) gather the values from the machine and
+here starts a process, writes or reads a file, or reads the environment; their unit tests call
+them with values alone. The tasks (tasks/) gather the values from the machine and
 run what these build.
 """

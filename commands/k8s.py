@@ -11,12 +11,12 @@ builders as `invoke run` and `invoke sbatch` (commands/launch.py):
             `tensorflow`, and none for one worker.
     job     batch/v1 Indexed Job + headless Service: multiworker, no operator; the recommended kind
             for multiworker. Each pod builds TF_CONFIG from JOB_COMPLETION_INDEX and its peers' names
-            (common/indexed_job.py).
+            (common/tf_recipes/cluster.py).
 
 Each multiworker pod is one worker process with all its G GPUs (MultiWorkerMirroredStrategy
 mirrors over them); each horovod rank is one process with one GPU.
 
-Stopping (common/stopping.py): a pod that gets SIGTERM (deletion, eviction, preemption) makes every
+Stopping (common/tf_recipes/stopping.py): a pod that gets SIGTERM (deletion, eviction, preemption) makes every
 worker stop at the same step; the chief checkpoints, and all exit with 143. The grace period leaves
 time for that. 143 means "retry": TFJob `restartPolicy: ExitCode` restarts on 128-255 and fails on
 1-127; the Indexed Job's `podFailurePolicy` ignores 143 and disruptions (the pod is recreated) and

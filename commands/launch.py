@@ -71,7 +71,7 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
                  python: str = "python", horovodrun: str = "horovodrun",
                  nsys_output: str | None = None, hosts=(), node_index: int = 0,
                  port_base: int = 23456, hostfile: str | None = None, hostfile_nodes: int = 0,
-                 ssh_options=(), module: str | None = None) -> LaunchPlan:
+                 ssh_options=(), module: str | None = None, faults: bool = False) -> LaunchPlan:
     """The argv and environment that run `recipe` under `launcher` on one node.
 
     `hosts` (two or more) makes a job of several nodes without a scheduler: multiworker runs the
@@ -87,7 +87,8 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     report per process (%p is its pid), inside whatever starts the processes.
 
     `module` (such as commands.choices.PREFLIGHT_MODULE) starts `python -m MODULE` in every process
-    instead of the recipe's train.py, with the same launcher, processes and environment.
+    instead of the recipe's train.py, with the same launcher, processes and environment; `faults`
+    starts train.py through `python -m tf_recipes.faults`, which injects the TF_RECIPES_FAULT_* faults.
     """
     check_choice("launcher", launcher, LAUNCHERS)
     check_choice("horovod runner", horovod_runner, HOROVOD_RUNNERS)
@@ -106,7 +107,7 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     nodes = hostfile_nodes if hostfile else max(len(hosts), 1)
     if peers_from == "TF_CONFIG" and nodes > 1:
         check_port_range("--port-base", port_base, replicas)
-    train = build_train_command(recipe, launcher, train_args, python=python, module=module)
+    train = build_train_command(recipe, launcher, train_args, python=python, module=module, faults=faults)
     if nsys_output:
         train = ["nsys", "profile", "--trace=cuda,cudnn,cublas,nvtx,osrt", "--force-overwrite=true",
                  "--output", f"{nsys_output}/nsys-{launcher}-%p", *train]
@@ -161,11 +162,14 @@ def echo_line(argv, env=None) -> str:
 
 
 def build_train_command(recipe: str, launcher: str, train_args=(), python: str = "python",
-                        module: str | None = None) -> list[str]:
+                        module: str | None = None, faults: bool = False) -> list[str]:
     """One training process: what every launcher, scheduler task (srun) and pod finally runs
-    (`python -m MODULE` instead of the recipe's train.py when `module` is given)."""
+    (`python -m MODULE` instead of the recipe's train.py when `module` is given; train.py through
+    `python -m tf_recipes.faults` with `faults`)."""
     check_choice("launcher", launcher, LAUNCHERS)
     program = ["-m", module] if module else [f"recipes/{recipe}/train.py"]
+    if faults and not module:
+        program = ["-m", "tf_recipes.faults", *program]
     return [python, *program, "--launcher", launcher, *train_args]
 
 

@@ -50,7 +50,7 @@ NAMING_PLACES = (
     (r"^# ", r"(?= recipe\b)"),             # the Dockerfile's title: # NAME recipe image
     (r'^"""', "(?=:)"),                     # a script's title: """NAME: predict with ...
 )
-# The label of a line that exists because of distribution, as tests/unit/test_distributed_tags.py reads it:
+# The label of a line that exists because of distribution:
 # a comment `# Distributed: ...` (or `# Horovod: ...`, `# Strategy: ...`); its text is the rest of the comment.
 LABEL = re.compile(r"#\s*((?:Distributed|Horovod|Strategy):\s*\S.*?)\s*$")
 
@@ -180,8 +180,7 @@ def _strings_and_comments(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-# Every recipe README's `## ` sections, in this order (tests/unit/test_recipe_readmes.py holds each
-# recipe to it); anything else is a `### ` subsection of one of them.
+# Every recipe README's `## ` sections, in this order; anything else is a `### ` subsection of one of them.
 README_SECTIONS = ("Overview", "Feature matrix", "Quick start", "Your own data", "Flags", "What makes it distributed",
                    "Results", "Performance", "Tests")
 
@@ -237,8 +236,8 @@ What `{source}` reads is in [its README]({origin}#your-own-data); the data secti
 
 Every line of this folder that exists only because there is more than one replica carries a
 `# Distributed: ...` label where it stands (`grep -n "# Distributed:" *.py`); these are all of them, as
-`{source}` had them. `tests/unit/test_distributed_tags.py` fails when this list and the labels differ, and
-`python tests/unit/test_distributed_tags.py {name}` prints the list as it should be.
+`{source}` had them. `tests/unit/test_distributed_tags.py` fails when a launcher call or a test of `is_chief`
+in `train.py` carries no label.
 
 {labels_list(labels)}
 What happens inside the library: [the library's launcher API](../../docs/library.md#launchers).

@@ -15,7 +15,7 @@ started by the Pyxis plugin (`srun --container-image`), as NVIDIA's own clusters
 
 Stopping: the script asks SLURM for SIGUSR1 `signal_grace` seconds before the time limit, sent to
 every task; the tasks then stop at the same step, checkpoint and exit with 143 (see
-common/stopping.py). With `requeue=True` the script puts the job back in the queue when that
+common/tf_recipes/stopping.py). With `requeue=True` the script puts the job back in the queue when that
 happens; the results folder is keyed by SLURM_JOB_ID, which a requeued job keeps, and train.py always
 gets --resume, so the job carries on from the checkpoint by itself.
 """

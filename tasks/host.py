@@ -14,7 +14,7 @@ import sys
 from invoke import Exit
 
 from commands import choices, containers, launch
-from tf_recipes import atomic, contract, stopping, user_paths
+from tf_recipes import atomic, contract, spawn, user_paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Defaults of the `tf_recipes` configuration; invoke.yaml or INVOKE_TF_RECIPES_* override them, for
@@ -214,13 +214,13 @@ def execute(argv, env=None, dry=False, leftover=None, cwd=None) -> int:
     if dry:
         return 0
     try:
-        # Should invoke be killed outright, the command still gets SIGTERM (stopping.stopped_with_parent).
+        # Should invoke be killed outright, the command still gets SIGTERM (spawn.stopped_with_parent).
         process = subprocess.Popen(argv, cwd=cwd or ROOT, env={**os.environ, **(env or {})},
-                                   preexec_fn=stopping.stopped_with_parent())
+                                   preexec_fn=spawn.stopped_with_parent())
     except FileNotFoundError:
         fail(f"{argv[0]} is not installed or not on PATH")
     # SIGTERM/SIGUSR1 to invoke (a scheduler stopping the job) go on to the job, which checkpoints.
-    with stopping.forwarding_stop_signals([process]):
+    with spawn.forwarding_stop_signals([process]):
         try:
             return process.wait()
         except KeyboardInterrupt:

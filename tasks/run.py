@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from invoke import Exit, task
 
 from commands import choices, containers, launch
-from tf_recipes import contract, stopping, test_hooks, user_paths
+from tf_recipes import contract, spawn, user_paths
+from tf_recipes.faults import FAULT_ENVS
 from tasks import host
 
 RUNTIMES = ("auto", *choices.RUNTIMES)
@@ -79,16 +80,22 @@ def _stack(stack: str, runtime: str, launcher: str) -> str:
     return stack
 
 
+def asked_faults() -> dict:
+    """The TF_RECIPES_FAULT_* variables invoke's environment sets: train.py then starts through
+    `python -m tf_recipes.faults`, which injects them (the tests' and the nightly's control cells)."""
+    return {name: os.environ[name] for name in FAULT_ENVS if os.environ.get(name)}
+
+
 def _in_runtime(c, plan, *, recipe, runtime, stack, base, image, gpus, data_dir, results_dir, nsys, multi_host,
                 docker, dry):
     """(argv, env) that start the launch plan in its runtime. The faults a test asks for
-    (tf_recipes.test_hooks.FAULT_ENVS, in invoke's environment) reach the processes: a local run inherits them,
-    a container is given them."""
+    (tf_recipes.faults' TF_RECIPES_FAULT_* variables, in invoke's environment) reach the processes: a local
+    run inherits them, a container is given them."""
     env = dict(plan.env)
     cfg = host.settings(c)
     if runtime == "local":
         return plan.argv, {**env, "PYTHONPATH": host.ROOT}
-    faults = {name: os.environ[name] for name in test_hooks.FAULT_ENVS if os.environ.get(name)}
+    faults = asked_faults()
     if runtime == "docker":
         image = image or host.image_tag(c, recipe, base, stack)
         if not dry:
@@ -160,7 +167,7 @@ def prepare_job(c, recipe, task_name, program_args, *, gpus, cpu_replicas, launc
                                    if nsys else None,
                                    python=sys.executable if runtime == "local" else "python",
                                    horovodrun=host.local_horovodrun() if runtime == "local" else "horovodrun",
-                                   module=module)
+                                   module=module, faults=bool(asked_faults()))
         argv, env = _in_runtime(c, plan, recipe=recipe, runtime=runtime, stack=stack, base=base, image=image,
                                 gpus=gpus, data_dir=data_dir, results_dir=results_dir, nsys=nsys,
                                 multi_host=len(host_list) > 1, docker=docker, dry=dry)
@@ -214,7 +221,7 @@ def run(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", ho
     started = time.time()
     # A killed docker client leaves its container running: the container this run named goes with it.
     leftover = [argv[0], "rm", "-f", argv[argv.index("--name") + 1]] if runtime == "docker" else None
-    code = stopping.job_status(host.execute(argv, env, dry, leftover=leftover), results_dir, started)
+    code = spawn.job_status(host.execute(argv, env, dry, leftover=leftover), results_dir, started)
     if code == contract.EXIT_STOPPED:
         raise Exit(f"{recipe} ({launcher}, {runtime}) stopped on a signal with a checkpoint (status {code}); "
                    f"continue it with the same command plus --results-dir {results_dir} and, after --, --resume",

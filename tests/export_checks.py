@@ -1,4 +1,4 @@
-"""Checks of RESULTS/export (common/export.py) that the training tests share.
+"""Checks of RESULTS/export (common/tf_recipes/export.py) that the training tests share.
 
 A version folder RESULTS/export/N is loaded by a fresh Python process that imports nothing from this
 repository (cwd outside it, no PYTHONPATH), as a client would, and its outputs on test images are

@@ -8,7 +8,7 @@ of SHARED: modules that use one thing that must serve one test at a time.
 The longest go out first, so that the last ones handed out are short and the two workers end
 together: FIRST in its order (measured: the slowest units of a cold run), then the other units of
 the integration tier, then the recipes tier, then the unit tier, whose hundreds of second-long tests
-fill the end. tests/unit/test_test_order.py keeps every name here true to tests/."""
+fill the end. A name here that matches no module or unit orders nothing."""
 
 SHARED = {
     # The two-node SLURM cluster: two multiworker jobs on one node would both listen on

@@ -15,5 +15,5 @@
   categories' full resolution, and the recipe's time to a mean IoU (`python -m ci.bench.segmentation`).
 
 The recipes' input-pipeline benchmarks stay in their folders (`recipes/*/benchmark_input.py`) and
-share common/pipeline_bench.py.
+share common/tf_recipes/pipeline_bench.py.
 """

@@ -28,6 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import data as mnist_data  # noqa: E402  (recipes/mnist-cnn/data.py)
 import train as mnist  # noqa: E402
 from tf_recipes import training, user_paths  # noqa: E402
 from tf_recipes.data import InputShard  # noqa: E402
@@ -37,7 +38,7 @@ BARE = "bare tf.function loop"
 
 
 def dataset(images, labels, batch, steps, seed):
-    return mnist.make_train_dataset(images, labels, InputShard(1, 0, batch, batch), steps, seed, 0)
+    return mnist_data.make_train_dataset(images, labels, InputShard(1, 0, batch, batch), steps, seed, 0)
 
 
 def bare_loop(images, labels, batch, steps, warmup, seed) -> float:
@@ -69,10 +70,10 @@ def recipe_loop(launcher, images, labels, batch, steps, warmup, seed, steps_per_
     """Images/s of tf_recipes.training's loop over the steps after `warmup`."""
     keras.utils.set_random_seed(seed)
     with tempfile.TemporaryDirectory() as folder:
-        trainer = training.Trainer(launcher, "mnist-cnn", num_examples=len(images), per_replica_batch=batch,
-                                   epochs=1, max_steps=steps, results_dir=folder, log_every=steps,
-                                   checkpoint_every=steps, warmup_steps=warmup, steps_per_loop=steps_per_loop,
-                                   seed=seed)
+        args = mnist.parse_args([f"--{flag}={value}" for flag, value in (
+            ("batch-size", batch), ("epochs", 1), ("max-steps", steps), ("results-dir", folder), ("log-every", steps),
+            ("checkpoint-every", steps), ("warmup-steps", warmup), ("steps-per-loop", steps_per_loop), ("seed", seed))])
+        trainer = training.Trainer(launcher, "mnist-cnn", args, num_examples=len(images))
         trainer.setup(mnist.build_model(), keras.optimizers.Adam(1e-3))
         trainer.fit(dataset(images, labels, batch, steps, seed), mnist.TASK)
     timed = trainer.step_times[warmup:]
@@ -91,7 +92,7 @@ def main():
     user_paths.exit_if(user_paths.flags_problem({}, files={"--json": args.json}))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     launcher = create_launcher("single")
-    images, labels, _, _ = mnist.synthetic_mnist(42, train=max(args.steps * args.batch_size, 1000), test=10)
+    images, labels, _, _ = mnist_data.synthetic_mnist(42, train=max(args.steps * args.batch_size, 1000), test=10)
     variants = {BARE: lambda: bare_loop(images, labels, args.batch_size, args.steps, args.warmup, 42)}
     for k in (int(k) for k in args.loops.split(",")):
         variants[f"recipe loop, --steps-per-loop {k}"] = (

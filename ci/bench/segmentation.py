@@ -26,7 +26,7 @@ import tempfile
 
 from ci.bench.time_to_accuracy import machine, timed
 from tf_recipes.contract import EXIT_DONE
-from tf_recipes.results import write_json
+from tf_recipes.reporting import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BASELINE = os.path.join(ROOT, "ci", "bench", "cityscapes_baseline.py")

@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from tf_recipes.contract import EXIT_DONE, EXIT_TARGET_MISSED
-from tf_recipes.results import write_json
+from tf_recipes.reporting import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BASELINE = os.path.join(ROOT, "ci", "bench", "mnist_baseline.py")

@@ -229,12 +229,10 @@ TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 # chief, while the other processes wait.
 
 def main(args):
-    results_dir = args.results_dir or os.path.join("results", RECIPE)
-
     # Distributed: the launcher (--launcher), first: it may split the CPU into replicas before TF starts
     launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
-    precision = training.configure_precision(args.amp)
+    training.configure_precision(args.amp)
     weights = check_weights(args.weights)  # before the data: a bad --weights fails in seconds
     if weights == "imagenet":
         fetch_imagenet_weights(launcher)
@@ -242,13 +240,7 @@ def main(args):
     builder, train_arrays = load_train_split(args, launcher)
     # The user's classes come from their folders; the model, results.json and the export follow them.
     class_names = builder.class_names if input_pipeline.is_folder(builder) else CASSAVA_CLASSES
-    trainer = training.Trainer(
-        launcher, RECIPE, num_examples=len(train_arrays), per_replica_batch=args.batch_size,
-        epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
-        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
-        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
-        export=args.export, eval_every=args.eval_every, target=args.target)
+    trainer = training.Trainer(launcher, RECIPE, args, num_examples=len(train_arrays))
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(args.image_size, weights, len(class_names), args.bn_momentum)
@@ -268,12 +260,12 @@ def main(args):
     validation = trainer.evaluate()  # the validation split at the step training ended
     training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")
     data = "synthetic" if args.synthetic else {"tfds": "cassava"}.get(args.data_format, args.data_format)
-    trainer.save_results({"final_metrics": {"validation": validation}, "precision": precision, "data": data,
-                          "image_size": args.image_size, "weights": args.weights, "classes": class_names})
-    export.export_model(launcher, results_dir, model, lambda: build_model(args.image_size, None, len(class_names)),
-                        enabled=args.export, recipe=RECIPE, task=export.CLASSIFICATION, class_names=class_names,
-                        image_size=(args.image_size, args.image_size), channels=3, to_model=lambda images: images)
-    trainer.check_target()  # --target: a run that never reached it ends with status 13
+    # results.json, the export (a copy of the model for TF Serving and predict.py) and --target, in one call
+    trainer.finish({"final_metrics": {"validation": validation}, "data": data, "image_size": args.image_size,
+                    "weights": args.weights, "classes": class_names},
+                   build=lambda: build_model(args.image_size, None, len(class_names)), task=export.CLASSIFICATION,
+                   class_names=class_names, image_size=(args.image_size, args.image_size), channels=3,
+                   to_model=lambda images: images)
 
 
 if __name__ == "__main__":

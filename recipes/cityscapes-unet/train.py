@@ -255,22 +255,14 @@ def write_predictions(model, data_dir, folder, count, eval_size, colours):
 
 
 def main(args):
-    results_dir = args.results_dir or os.path.join("results", RECIPE)
-
     # Distributed: the launcher (--launcher), first: it may split the CPU into replicas before TF starts
     launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
     keras.utils.set_random_seed(args.seed)
-    precision = training.configure_precision(args.amp)
+    training.configure_precision(args.amp)
 
     synthetic = args.benchmark or args.synthetic
     num_examples, class_names, palette, size = describe_data(args, launcher)
-    trainer = training.Trainer(
-        launcher, RECIPE, num_examples=num_examples, per_replica_batch=args.batch_size,
-        epochs=args.epochs, max_steps=args.max_steps, results_dir=results_dir, resume=args.resume,
-        checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        warmup_steps=args.warmup_steps, xla=args.xla, profile_steps=args.profile,
-        steps_per_loop=args.steps_per_loop, seed=args.seed, loss_scale_initial=args.loss_scale_initial,
-        export=args.export, eval_every=args.eval_every, target=args.target)
+    trainer = training.Trainer(launcher, RECIPE, args, num_examples=num_examples)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(args, len(class_names))
@@ -296,18 +288,16 @@ def main(args):
                 evaluation=evaluation, explain_eval_error=explain_val)
 
     final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette, explain_val)
-    trainer.save_results({
-        "precision": precision, "preset": args.preset, "filters": args.filters, "depth": args.depth,
+    # results.json, the export (a copy of the model for TF Serving and predict.py) and --target, in one call
+    trainer.finish({
+        "preset": args.preset, "filters": args.filters, "depth": args.depth,
         "normalization": args.norm, "crop": args.crop, "downscale": args.downscale, "eval_size": args.eval_size,
         "shard_late": args.shard_late,
         "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
-        "parameters": model.count_params(), "classes": class_names, "final_metrics": final_metrics})
-    export.export_model(launcher, results_dir, model, lambda: build_model(args, len(class_names)),
-                        enabled=args.export, recipe=RECIPE, task=export.SEGMENTATION, class_names=class_names,
-                        palette=palette, image_size=args.eval_size or size, output_size=size, antialias=True,
-                        channels=3,
-                        to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
-    trainer.check_target()  # --target: a run that never reached it ends with status 13
+        "parameters": model.count_params(), "classes": class_names, "final_metrics": final_metrics},
+        build=lambda: build_model(args, len(class_names)), task=export.SEGMENTATION, class_names=class_names,
+        palette=palette, image_size=args.eval_size or size, output_size=size, antialias=True, channels=3,
+        to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
 
 
 if __name__ == "__main__":

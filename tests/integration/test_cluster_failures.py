@@ -132,14 +132,15 @@ from tf_recipes import training
 from tf_recipes.launchers import create_launcher
 from helpers import recipe_module
 train = recipe_module("mnist-cnn", "train")
+data = recipe_module("mnist-cnn", "data")
 launcher = create_launcher("single")
-x_train, _, x_test, y_test = train.synthetic_mnist(42)
+x_train, _, x_test, y_test = data.synthetic_mnist(42)
 model = train.build_model()
 model.load_weights(sys.argv[1])
-trainer = training.Trainer(launcher, "mnist-cnn", num_examples=len(x_train), per_replica_batch=32,
-                           results_dir=sys.argv[2])
+args = train.parse_args(["--batch-size", "32", "--results-dir", sys.argv[2]])
+trainer = training.Trainer(launcher, "mnist-cnn", args, num_examples=len(x_train))
 trainer.model = model
-print(json.dumps(trainer.evaluate(train.make_eval_dataset(x_test, y_test), train.TASK)))
+print(json.dumps(trainer.evaluate(data.make_eval_dataset(x_test, y_test), train.TASK)))
 """
 
     def evaluate(results_dir):

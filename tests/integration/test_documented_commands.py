@@ -29,7 +29,7 @@ from ci.nightly import matrix as nightly
 from helpers import REPO, assert_ok, read_results
 from seg_pairs_data import write_pairs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.repository]
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "recipes").glob("*/README.md"))]
 CODE = ("recipes", "common", "tools", "ci", "commands", "tasks")  # what a scratch folder links in

@@ -1,5 +1,4 @@
-"""The host-overhead benchmark (ci/bench/host_overhead.py) runs and reports every loop. That the
-README shows its kept measurement: tests/unit/test_host_overhead_readme.py."""
+"""The host-overhead benchmark (ci/bench/host_overhead.py) runs and reports every loop."""
 import json
 
 from bench_reports import BARE, table_cells

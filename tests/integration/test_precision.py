@@ -5,8 +5,8 @@ float16 is slow on the CPU but computes the same way as on a GPU: the LossScaleO
 loss, skips a step whose gradients overflowed and halves the scale. What must hold, under every launcher:
 
 - float16 + XLA, with a first loss scale so large that the first step overflows on its own, and one
-  replica's gradients overflowing on purpose at a later step (TF_RECIPES_FAULT_OVERFLOW; replica 1 where there
-  are two, since left to Keras the first replica of each process decides for it): every replica
+  replica's gradients overflowing on purpose at a later step (TF_RECIPES_FAULT_OVERFLOW, tf_recipes.faults;
+  replica 1 where there are two, since left to Keras the first replica of each process decides for it): every replica
   skips exactly those steps, the loss scale halves at each of them and stays equal on every replica,
   the replicas end bit-identical, and a run limited to 3 steps and resumed ends bit-identical to the
   uninterrupted one (loss scale included). Dropout is on. The uninterrupted run makes one step per
@@ -56,9 +56,10 @@ def float16_xla_args(launcher, steps):
             "--loss-scale-initial", str(INITIAL_SCALE), "--max-steps", str(steps)]
 
 
-def overflow_fault(launcher):
-    """The environment that makes the last replica's gradients overflow at FAULT_STEP (common/test_hooks.py)."""
-    return {"TF_RECIPES_FAULT_OVERFLOW": f"{REPLICAS[launcher] - 1}:{FAULT_STEP}"}
+def overflow_fault(launcher, start_step=0):
+    """The environment that makes the last replica's gradients overflow at FAULT_STEP of a run that
+    starts at `start_step` (tf_recipes.faults counts the steps a process runs)."""
+    return {"TF_RECIPES_FAULT_OVERFLOW": f"{REPLICAS[launcher] - 1}:{FAULT_STEP - start_step}"}
 
 
 ALONE = {"float16": ["--amp", "float16"], "xla": ["--xla"]}
@@ -99,7 +100,7 @@ def runs(tmp_path_factory, request):
                     "part": invoke_local(tmp / "parts", launcher, *float16_xla_args(launcher, RESUME_AT), *PARTS,
                                          env=fault)}
             made["resumed"] = invoke_local(tmp / "parts", launcher, *float16_xla_args(launcher, STEPS), *PARTS,
-                                           "--resume", env=fault)
+                                           "--resume", env=overflow_fault(launcher, RESUME_AT))
             for name in ALONE:
                 made[name] = invoke_local(tmp / name, launcher, *alone_args(launcher, name))
             for process in made.values():

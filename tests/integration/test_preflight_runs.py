@@ -63,7 +63,7 @@ def test_two_processes_pass_with_the_exact_sum(launcher, tmp_path, request):
         assert rank["allreduce"]["got"] == [3.0]  # 1 + 2, exactly
         assert rank["versions"]["tensorflow"] and rank["versions"]["cuda"] == "none"
         assert rank["nccl"]["transport"] is None and rank["gpus"] == []
-    beats = [json.loads((tmp_path / contract.PREFLIGHT_RANKS_DIR / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    beats = [json.loads((tmp_path / preflight.RANKS_DIR / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert [(b["rank"], b["stage"]) for b in beats] == [(0, "done"), (1, "done")]
     assert [row["bytes"] for row in result["bandwidth"]] == [4096, 2 ** 20]
     assert all(row["median_ms"] > 0 and row["repeats"] == 2 for row in result["bandwidth"])
@@ -98,7 +98,7 @@ def test_a_frozen_horovod_rank_is_named_within_the_deadline(tmp_path, require_ho
     deadline = 20
     job = Job("preflight", "mnist-cnn", "--gpus", "0", "--cpu-replicas", "2", "--launcher", "horovod",
               "--runtime", "local", "--results-dir", str(tmp_path), "--deadline", str(deadline))
-    heartbeat = tmp_path / contract.PREFLIGHT_RANKS_DIR / "rank-1.json"
+    heartbeat = tmp_path / preflight.RANKS_DIR / "rank-1.json"
     try:
         started = time.monotonic()
         while True:  # rank 1 started and is about to join the others: freeze it

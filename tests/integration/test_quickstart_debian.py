@@ -30,7 +30,7 @@ from tf_recipes import contract
 from error_checks import error_lines
 from helpers import REPO, RESULT_FIELDS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.repository]
 
 # suite -> (its python3, the stack ci/setup.sh must pick for it)
 SUITES = {"bookworm": ("3.11", "ngc-25.02"), "trixie": ("3.13", "current")}

@@ -9,10 +9,10 @@ from helpers import REPO, run_invoke
 
 RECIPES = ["mnist-cnn", "cassava-resnet", "cityscapes-unet"]
 
-# Shared by every train.py (common/cli.py training_parser).
+# Shared by every train.py (common/tf_recipes/cli.py training_parser).
 SHARED = [("--lr", "inf"), ("--lr", "nan"), ("--join-timeout", "inf"), ("--join-timeout", "-1"),
           ("--seed", "-1")]
-# The recipes that train on your own photos (common/image_folder.py add_args).
+# The recipes that train on your own photos (common/tf_recipes/image_folder.py add_args).
 IMAGE_FOLDER = [("--val-fraction", "1.5"), ("--val-fraction", "0"), ("--val-fraction", "1"),
                 ("--val-fraction", "nan")]
 CITYSCAPES = [("--dropout", "1.5"), ("--dropout", "1"), ("--dropout", "nan"), ("--dropout", "-0.5"),

@@ -1,5 +1,5 @@
-"""invoke bench: the pure parts of ci/bench (plan, report), the task's --dry and its failures, and the kept
-measurement docs/benchmarks.md shows. The task run for real on mnist-cnn: tests/integration/test_bench_run.py."""
+"""invoke bench: the pure parts of ci/bench (plan, report), the task's --dry and its failures. The task run
+for real on mnist-cnn: tests/integration/test_bench_run.py."""
 import json
 import math
 import sys
@@ -263,17 +263,3 @@ def test_a_failing_run_is_reported_and_fails_the_task(tmp_path):
     assert report["rows"][0]["failed_rounds"] == 1 and report["rows"][0]["images_per_sec_median"] is None
     assert "--no-such-flag" in (tmp_path / "runs" / "round1-single-1.log").read_text()  # kept to read
 
-
-# -- the kept measurement --------------------------------------------------------------------------
-
-def test_the_docs_show_the_kept_mnist_bench_and_its_command():
-    kept = REPO / "docs" / "bench" / "mnist-cnn"
-    report = json.loads((kept / "bench.json").read_text())
-    readme = (REPO / "docs" / "benchmarks.md").read_text()
-    rows = [line for line in (kept / "bench.md").read_text().splitlines() if line.startswith("|")]
-    assert len(rows) == 2 + len(report["rows"])  # header, rule and one row per configuration
-    for row in rows:
-        assert row in readme, row
-    assert report["command"] in readme and report["git_revision"][:7] in readme
-    assert report["date"][:10] in readme and (kept / "bench.png").is_file()
-    png_size(kept / "bench.png")

@@ -63,24 +63,24 @@ def test_a_resume_keeps_the_points_up_to_its_checkpoint_and_their_time(tmp_path)
         {"step": 200, "examples_seen": 25_600, "seconds": 480.0, "accuracy": 0.991}]}
     (tmp_path / evaluation.CURVE_FILE).write_text(json.dumps(saved))
     curve = Curve(str(tmp_path), global_batch=128, target=Target("accuracy", 0.99))
-    curve.restore(200, evaluation.read_json)
+    curve.restore(200)
     assert [p["step"] for p in curve.points] == [100, 200]
     assert curve.earlier_seconds == 500.0 and curve.seconds() >= 500.0
     assert curve.target_reached == {"step": 200, "seconds": 480.0}
     # The checkpoint before it (the newest was damaged): its own points, and the time of its last point.
     older = Curve(str(tmp_path), global_batch=128, target=Target("accuracy", 0.99))
-    older.restore(150, evaluation.read_json)
+    older.restore(150)
     assert [p["step"] for p in older.points] == [100] and older.earlier_seconds == 250.0
     assert older.target_reached is None
 
 
 def test_a_missing_or_damaged_curve_starts_empty(tmp_path):
     curve = Curve(str(tmp_path), global_batch=8)
-    curve.restore(10, evaluation.read_json)
+    curve.restore(10)
     assert curve.points == [] and curve.earlier_seconds == 0.0
-    assert curve.restore(10, evaluation.read_json) is None
+    assert curve.restore(10) is None
     (tmp_path / evaluation.CURVE_FILE).write_text("{not json")
-    said = curve.restore(10, evaluation.read_json)
+    said = curve.restore(10)
     assert curve.points == [] and "cannot be read" in said and "without the points before it" in said
 
 

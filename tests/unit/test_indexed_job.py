@@ -1,4 +1,4 @@
-"""Unit tests of common/indexed_job.py: TF_CONFIG of a Kubernetes Indexed Job pod, and the wait until
+"""Unit tests of tf_recipes.cluster's Kubernetes Indexed Job: TF_CONFIG of a pod, and the wait until
 every peer's name resolves (with a fake resolver and clock; the real thing runs in
 tests/integration/test_k8s_in_docker.py)."""
 import json
@@ -6,16 +6,16 @@ import socket
 
 import pytest
 
-from tf_recipes import indexed_job
-from tf_recipes.contract import ClusterError
+from tf_recipes import cluster
+from tf_recipes.contract import ClusterError, UserError
 
 ENV = {"JOB_COMPLETION_INDEX": "1", "TF_RECIPES_WORKERS": "3", "TF_RECIPES_WORKER_PORT": "2222",
        "TF_RECIPES_WORKER_HOST_PATTERN": "job-{index}.job"}
 
 
 def test_tf_config_lists_every_peer_and_this_pods_index():
-    assert indexed_job.is_indexed_job(ENV) and not indexed_job.is_indexed_job({"JOB_COMPLETION_INDEX": "0"})
-    config = json.loads(indexed_job.tf_config(ENV))
+    assert cluster.indexed_job_tf_config({"JOB_COMPLETION_INDEX": "0"}) is None  # not a pod of an Indexed Job
+    config = json.loads(cluster.indexed_job_tf_config(ENV))
     assert config == {"cluster": {"worker": ["job-0.job:2222", "job-1.job:2222", "job-2.job:2222"]},
                       "task": {"type": "worker", "index": 1}}
 
@@ -27,8 +27,8 @@ def test_tf_config_lists_every_peer_and_this_pods_index():
     ({"TF_RECIPES_WORKER_PORT": "0"}, "TF_RECIPES_WORKER_PORT=0 must be at least 1"),
 ])
 def test_inconsistent_variables_name_the_variable(change, message):
-    with pytest.raises(indexed_job.IndexedJobConfigError, match=message.replace("{", r"\{").replace("}", r"\}")):
-        indexed_job.tf_config({**ENV, **change})
+    with pytest.raises(UserError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        cluster.indexed_job_tf_config({**ENV, **change})
 
 
 class FakeNetwork:
@@ -51,8 +51,8 @@ class FakeNetwork:
 
 
 def wait(network, hosts, timeout):
-    indexed_job.wait_until_resolvable(hosts, timeout, resolve=network.resolve, clock=network.clock,
-                                      sleep=network.sleep)
+    cluster.wait_until_resolvable(hosts, timeout, resolve=network.resolve, clock=network.clock,
+                                  sleep=network.sleep)
 
 
 def test_waits_until_every_peer_resolves():

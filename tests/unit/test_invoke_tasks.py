@@ -197,9 +197,6 @@ def test_a_horovod_wheel_goes_into_the_build_context_and_the_build_takes_it(tmp_
     copy, build = process.stdout.splitlines()[-2:]
     assert copy == f"+ cp {wheel} build/horovod-wheel/{WHEEL_NAME}"
     assert "-f images/cpu/Dockerfile" in build and "--build-arg HOROVOD=wheel" in build
-    # The Dockerfile's wheel stage copies from there, and .dockerignore lets that folder into the context.
-    assert "COPY build/horovod-wheel/horovod-0.28.1-*.whl /wheels/" in (REPO / "images/cpu/Dockerfile").read_text()
-    assert "!build/horovod-wheel/" in (REPO / ".dockerignore").read_text().split()
     # The setting horovod_wheel is the flag's default for the ngc-25.02 stack; "" (its default) compiles Horovod.
     with_setting = run_invoke("images.cpu", "--dry", env={"INVOKE_TF_RECIPES_HOROVOD_WHEEL": str(wheel)})
     assert with_setting.returncode == 0 and with_setting.stdout.splitlines()[-2:] == [copy, build]

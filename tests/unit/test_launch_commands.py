@@ -5,7 +5,8 @@ import re
 import pytest
 
 from commands.launch import LaunchError, build_launch, container_name, parse_count
-from tf_recipes.tf_config import build_tf_config, check_tf_config
+from tf_recipes.cluster import build_tf_config, check_tf_config
+from tf_recipes.contract import UserError
 from tf_recipes.spawn import worker_environments
 
 TRAIN = ["python", "recipes/mnist-cnn/train.py"]
@@ -144,7 +145,7 @@ def test_a_tf_config_that_cannot_work_is_named_before_anything_waits_on_it():
             ({"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}},
              "lists a:1 more than once"),
             ({"cluster": cluster}, 'needs "task"'), ({"task": {"type": "worker", "index": 0}}, 'needs "cluster"')):
-        with pytest.raises(ValueError, match=re.escape(message)):
+        with pytest.raises(UserError, match=re.escape(message)):
             check_tf_config(json.dumps(config))
-    with pytest.raises(ValueError, match="not valid JSON"):
+    with pytest.raises(UserError, match="not valid JSON"):
         check_tf_config("{worker")

@@ -1,5 +1,6 @@
 """recipes/<recipe>/launch/: every way to launch a recipe as a file, rendered by the same builders as
-`invoke sbatch`, `invoke k8s` and `invoke run`. Stale files fail here."""
+`invoke sbatch`, `invoke k8s` and `invoke run`; the staleness check finds an edited, a missing and an extra
+file. That the kept files are current: tests/unit/test_launch_files_current.py."""
 import shutil
 import subprocess
 
@@ -16,11 +17,6 @@ EXPECTED = {"slurm-multiworker.sbatch", "slurm-horovod.sbatch", "slurm-multiwork
             "k8s-mpijob.yaml", "k8s-tfjob.yaml", "k8s-indexed-job.yaml", "docker-8gpu.sh"}
 
 
-def test_no_launch_file_is_stale():
-    stale = clusters.stale_launch_files(RECIPES)
-    assert stale == [], f"run `invoke launch-files`: {stale}"
-
-
 def test_the_staleness_check_catches_an_edited_a_missing_and_an_extra_file(tmp_path):
     folder = tmp_path / "launch"
     shutil.copytree(REPO / "recipes" / "mnist-cnn" / "launch", folder)
@@ -35,16 +31,9 @@ def test_the_staleness_check_catches_an_edited_a_missing_and_an_extra_file(tmp_p
     assert len(stale_files("mnist-cnn", {})) == len(EXPECTED)
 
 
-def test_invoke_launch_files_check_passes_here():
-    process = run_invoke("launch-files", "--check")
-    assert process.returncode == 0, process.stdout + process.stderr
-
-
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_recipe_has_every_launch_file_and_its_readme_points_there(recipe):
+def test_every_recipe_gets_every_launch_file(recipe):
     assert set(launch_files(recipe)) == EXPECTED
-    assert {p.name for p in (REPO / "recipes" / recipe / "launch").iterdir()} == EXPECTED
-    assert "launch/" in (REPO / "recipes" / recipe / "README.md").read_text()
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

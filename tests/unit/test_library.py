@@ -59,12 +59,3 @@ def test_pip_install_puts_only_tf_recipes_into_a_fresh_venv(tmp_path):
         os.utime(path, (1_000_000_000, 1_000_000_000))
     assert built_wheel(source, tmp_path / "again").read_bytes() == wheel.read_bytes()
 
-
-def test_the_version_has_its_changelog_entry():
-    """The newest version's entry comes first, after at most one `## Unreleased` (what the next release holds)."""
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    headings = [line[3:].strip() for line in (REPO / "CHANGELOG.md").read_text().splitlines()
-                if line.startswith("## ")]
-    released = headings[1:] if headings[:1] == ["Unreleased"] else headings
-    assert released and released[0] == declared, \
-        f"CHANGELOG.md's newest entry is {released[:1]}, pyproject.toml says {declared}: add its entry"

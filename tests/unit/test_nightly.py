@@ -1,4 +1,4 @@
-"""`invoke nightly`: the matrix, the checks, the regression rule, the table in docs/nightly.md and --dry.
+"""`invoke nightly`: the matrix, the checks, the regression rule, the history, the report and --dry.
 
 The negative controls, real nights that must turn red, run in tests/integration/test_nightly_controls.py;
 the smoke tier itself, in the containers, in tests/integration/test_nightly_workflow.py (the
@@ -17,14 +17,6 @@ MATRIX = nightly.load_matrix(str(REPO / "ci" / "nightly" / "matrix.yaml"))
 
 
 # -- the matrix ----------------------------------------------------------------------------------
-
-def test_the_cpu_tier_has_every_recipe_under_every_launcher_in_its_cpu_image():
-    cells = nightly.expand(MATRIX, "cpu")
-    docker = {(c.recipe, c.launcher) for c in cells if (c.runtime, c.base) == ("docker", "cpu")}
-    recipes = {p.name for p in (REPO / "recipes").iterdir() if (p / "train.py").exists()}
-    launchers = ("single", "mirrored", "multiworker", "horovodrun", "mpirun")
-    assert docker == {(recipe, launcher) for recipe in recipes for launcher in launchers}
-
 
 def test_every_cell_of_a_recipe_trains_on_the_same_global_batch():
     """Every launcher cell of a recipe; a quality cell, compared with none of them, on its own entry's."""
@@ -124,17 +116,6 @@ def test_a_broken_matrix_is_named_in_one_line(tmp_path, text, problem):
         nightly.load_matrix(str(tmp_path / "m.yaml"))
     process = run_invoke("nightly", "--matrix", str(tmp_path / "m.yaml"), "--dry", timeout=60)
     assert process.returncode == 2 and process.stderr.count("\n") == 1 and "Traceback" not in process.stderr
-
-
-def test_the_docs_table_is_rendered_from_the_matrix():
-    table = nightly_report.render_matrix_table(MATRIX)
-    assert table in (REPO / "docs" / "nightly.md").read_text(), "regenerate it: invoke nightly --table"
-
-
-def test_readme_entries_name_exactly_one_line_each():
-    for command, _ in MATRIX.readme:
-        lines = list(nightly.shell_lines((REPO / command.file).read_text()))
-        assert nightly.find_readme_line(lines, command)
 
 
 # -- checks, retries and the regression rule -----------------------------------------------------
@@ -267,84 +248,12 @@ def test_a_rerun_of_the_same_night_replaces_its_history_record(tmp_path):
 
 # -- report.json's consumers, on the report the cpu night really wrote ------------------------------
 
-# What the cpu tier's matrix has gained since the kept night ran (at 9077470), written out so that nothing
-# else can change unseen: the mnist-cnn cells' arguments that keep them on that night's settings (float32 at
-# a constant 1e-3, mnist-cnn's defaults until 24207b2 made them bfloat16 and a cosine schedule peaking at
-# 3e-3), so the flags differ and the training does not; and the quality cells, which a night of their own ran
-# (docs/nightly/cpu-quality, the test after the next). The next kept cpu night (invoke nightly --tier cpu)
-# empties both.
-ARGS_SINCE_THE_KEPT_NIGHT = {"mnist-cnn": ["--no-amp", "--lr-schedule", "constant", "--lr", "0.001"]}
-CELLS_SINCE_THE_KEPT_NIGHT = {"mnist-cnn/quality/docker/cpu", "cassava-resnet/quality/docker/cpu",
-                              "cityscapes-unet/quality/docker/cpu"}
-
-
-def without(words: list[str], removed: list[str]) -> list[str]:
-    """`words` without the run of words `removed` (unchanged when they are not in it, in that order)."""
-    for start in range(len(words) - len(removed) + 1):
-        if removed and words[start:start + len(removed)] == removed:
-            return words[:start] + words[start + len(removed):]
-    return words
-
-
-def test_the_kept_night_is_a_whole_green_cpu_night_of_todays_matrix_but_for_what_is_named_since():
-    """docs/nightly/cpu is the last full cpu-tier night: every cell the matrix has (none added, removed or
-    renamed since but the cells named above), every one of them run here and passed, the README commands of
-    the tier too, and the matrix the night read is this one, but for the arguments named above, added since."""
+def test_a_report_invoke_nightly_really_wrote_makes_a_history_record_and_its_plot(tmp_path):
+    """docs/nightly/cpu/report.json, as `invoke nightly --tier cpu` wrote it: its history record holds every
+    cell, and the history plot is a PNG."""
     import json
 
     report = json.loads((REPO / "docs" / "nightly" / "cpu" / "report.json").read_text())
-    cells = {e["id"]: e for e in report["entries"] if e["kind"] == "cell"}
-    assert report["tier"] == "cpu" and report["matrix"] == "ci/nightly/matrix.yaml"
-    today = [c for c in nightly.expand(MATRIX, "cpu") if c.id not in CELLS_SINCE_THE_KEPT_NIGHT]
-    assert CELLS_SINCE_THE_KEPT_NIGHT <= {c.id for c in nightly.expand(MATRIX, "cpu")} - set(cells)
-    assert sorted(cells) == sorted(c.id for c in today), "re-run: invoke nightly --tier cpu"
-    for cell in today:
-        entry = cells[cell.id]
-        assert entry["status"] == "pass" and "not run" not in entry.get("reason", ""), entry
-        # Today's command (flags, steps, batch) with that night's folders: a changed cell was re-run.
-        command = entry["command"]
-        folder = {flag: command[command.index(flag) + 1] if flag in command else None
-                  for flag in ("--results-dir", "--data-dir")}
-        now = nightly.cell_command(cell, folder["--results-dir"], folder["--data-dir"], ("invoke",))
-        added = ARGS_SINCE_THE_KEPT_NIGHT.get(cell.recipe, [])
-        assert not added or without(now, added) != now, f"{cell.id}: {added} are no longer in its command"
-        assert command == without(now, added)
-    readme = [e["id"] for e in report["entries"] if e["kind"] == "readme"]
-    assert readme == [c.id for c in nightly.readme_commands(MATRIX, "cpu")]
-    assert report["passed"] and all(e["status"] == "pass" for e in report["entries"])
-
-
-def test_the_quality_cells_of_todays_matrix_ran_green_in_a_kept_night():
-    """docs/nightly/cpu-quality: `invoke nightly --tier cpu --only quality`, as it wrote it: the cells named
-    since the full night, each with today's command and floor, each at or above it, and its summary and JUnit
-    file what the renderers make of it."""
-    import json
-
-    kept = REPO / "docs" / "nightly" / "cpu-quality"
-    report = json.loads((kept / "report.json").read_text())
-    quality = {c.id: c for c in nightly.expand(MATRIX, "cpu") if c.kind == "quality"}
-    entries = {e["id"]: e for e in report["entries"]}
-    assert report["tier"] == "cpu" and report["passed"] and sorted(entries) == sorted(quality)
-    assert set(quality) == CELLS_SINCE_THE_KEPT_NIGHT
-    for cell_id, cell in quality.items():
-        entry = entries[cell_id]
-        command = entry["command"]
-        folder = {flag: command[command.index(flag) + 1] for flag in ("--results-dir", "--data-dir")}
-        assert command == nightly.cell_command(cell, folder["--results-dir"], folder["--data-dir"], ("invoke",))
-        assert (entry["metric"], entry["floor"]) == cell.quality, "re-run: invoke nightly --tier cpu --only quality"
-        assert entry["status"] == "pass" and entry["value"] >= entry["floor"]
-    assert nightly_report.render_summary(report) == (kept / "summary.md").read_text()
-    assert nightly_report.render_junit(report) == (kept / "junit.xml").read_text()
-
-
-def test_the_kept_summary_and_junit_file_are_what_the_renderers_make_of_the_kept_report(tmp_path):
-    """docs/nightly/cpu: report.json as `invoke nightly --tier cpu` wrote it, and the files rendered from it."""
-    import json
-
-    kept = REPO / "docs" / "nightly" / "cpu"
-    report = json.loads((kept / "report.json").read_text())
-    assert nightly_report.render_summary(report) == (kept / "summary.md").read_text()
-    assert nightly_report.render_junit(report) == (kept / "junit.xml").read_text()
     record = nightly_report.history_record(report)
     assert set(record["cells"]) == {e["id"] for e in report["entries"] if e["kind"] == "cell"}
     nightly_report.plot_history([record], report["tier"], str(tmp_path / "history.png"))

@@ -1,4 +1,4 @@
-"""--amp [DTYPE] and --loss-scale-initial, shared by every recipe (common/cli.py): what each value means,
+"""--amp [DTYPE] and --loss-scale-initial, shared by every recipe (common/tf_recipes/cli.py): what each value means,
 and a bad value ends at parse time with one `error:` line naming the flag and the value. What the flags
 do in training runs is tests/integration/test_precision.py; the overflow it injects there
 (TF_RECIPES_FAULT_OVERFLOW) is checked in tests/unit/test_training_parts.py."""

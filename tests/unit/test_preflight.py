@@ -1,4 +1,4 @@
-"""The pure parts of the preflight check (common/preflight.py), the commands it is started with
+"""The pure parts of the preflight check (common/tf_recipes/preflight.py), the commands it is started with
 (`invoke preflight`, `invoke sbatch --preflight`, `invoke k8s --preflight`) and the task's --dry and
 errors. The real runs are in tests/integration/test_preflight_runs.py."""
 import json
@@ -83,7 +83,7 @@ def test_channels_decide_over_the_using_lines():
 
 
 def report(rank, *, got=3.0, transport=None, gpus=()):
-    """A rank's report with the fields summarize() and render_table() read (common/preflight.py _report)."""
+    """A rank's report with the fields summarize() and render_table() read (common/tf_recipes/preflight.py _report)."""
     return {"rank": rank, "host": f"node{rank}", "pid": 100 + rank, "local_replicas": 1, "devices": ["CPU:0"],
             "gpus": list(gpus), "versions": {"tensorflow": "2.17.1", "keras": "3.8.0", "horovod": "0.28.1",
                                               "cuda": "none", "nccl": "none"},

@@ -235,22 +235,24 @@ def test_the_task_refuses_with_one_line(args, message):
     assert not (REPO / "recipes" / args[1]).exists() or args[1] == "mnist-cnn"
 
 
-@pytest.mark.parametrize("source", RECIPES)
-def test_the_new_readme_lists_the_distributed_labels_of_the_copied_folder(source, tmp_path):
-    from test_distributed_tags import LIBRARY_DOC, folder_labels, readme_problems
+def test_the_labels_are_read_train_py_first_then_by_name_and_listed_under_their_file():
+    files = {"data.py": b"x = 1  # Distributed: c\n", "notes.txt": b"# Distributed: not python\n",
+             "train.py": b"a = 1  # Distributed: a\n# Horovod: b\nb = 2  # a note\n"}
+    labels = scaffold.distributed_labels(files)
+    assert labels == [("train.py", "Distributed: a"), ("train.py", "Horovod: b"), ("data.py", "Distributed: c")]
+    assert scaffold.labels_list(labels) == ("- [`train.py`](train.py)\n  - Distributed: a\n  - Horovod: b\n"
+                                            "- [`data.py`](data.py)\n  - Distributed: c\n")
 
+
+@pytest.mark.parametrize("source", RECIPES)
+def test_the_new_readme_lists_the_distributed_labels_of_the_copied_folder(source):
     files = {path.name: path.read_bytes() for path in (REPO / "recipes" / source).iterdir() if path.is_file()}
-    assert scaffold.distributed_labels(files) == folder_labels(REPO / "recipes" / source) != []
-    folder = tmp_path / "recipes" / "my-copy"
-    folder.mkdir(parents=True)
     copied = {path: scaffold.rename_file(path, content, source, "my-copy") for path, content in files.items()
               if path.endswith(".py")}
-    for path, content in copied.items():
-        (folder / path).write_bytes(content)
-    (folder / "README.md").write_text(scaffold.readme("my-copy", source, "", scaffold.distributed_labels(copied)))
-    (tmp_path / LIBRARY_DOC).parent.mkdir()
-    shutil.copy(REPO / LIBRARY_DOC, tmp_path / LIBRARY_DOC)
-    assert readme_problems(folder, tmp_path) == []
+    labels = scaffold.distributed_labels(copied)
+    assert labels and labels[0][0] == "train.py"
+    section = scaffold.readme("my-copy", source, "", labels).split("## What makes it distributed\n")[1]
+    assert scaffold.labels_list(labels) in section.split("\n## ")[0]
 
 
 def test_the_dry_run_lists_the_files_and_writes_nothing():

@@ -1,8 +1,8 @@
 """The pure parts of the training loop and its neighbours, with real values: where a compiled call ends
 (tf_recipes.training.loop_end), the training iterator released off the main thread, the learning-rate
 warm-up, the evaluation sums, the weights' fingerprint, the SLURM variables' check, a resume's identity check
-(tf_recipes.checkpoints), the progress line and results.json (tf_recipes.reporting), and the test hooks
-(tf_recipes.test_hooks). No model is trained here."""
+(tf_recipes.checkpoints), the progress line and results.json (tf_recipes.reporting). No model is trained
+here."""
 import errno
 import os
 from types import SimpleNamespace
@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_recipes import checkpoints, contract, evaluation, launchers, reporting, test_hooks, training
-from tf_recipes.data import cannot_download
-from helpers import run_python
+from tf_recipes import checkpoints, contract, evaluation, launchers, reporting, training
 
 # -- where a compiled call ends ----------------------------------------------------------------------
 
@@ -102,7 +100,6 @@ WEIGHTS = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2], np.int
 
 def test_the_fingerprint_of_given_weights_stays_what_results_json_recorded():
     assert launchers.weights_fingerprint(WEIGHTS) == "f0f5bba1f02f95c9"
-    assert training.weights_fingerprint is launchers.weights_fingerprint
 
 
 def test_the_fingerprint_changes_with_one_bit_the_shape_or_the_dtype():
@@ -242,87 +239,3 @@ def test_results_json_holds_every_contract_field_and_the_recipe_s_extra(monkeypa
     assert record["command"] == ["train.py"] and record["versions"] == {"tensorflow": "2.17.1"}
     assert not reporting.results_record(SimpleNamespace(**{**vars(run), "fingerprints": ["ab", "cd"]}),
                                         command=[])["replicas_in_sync"]
-
-
-# -- the test hooks -------------------------------------------------------------------------------------
-
-def test_the_faults_come_from_the_environment():
-    assert test_hooks.faults({}) == test_hooks.NO_FAULTS
-    empty = dict.fromkeys(test_hooks.FAULT_ENVS, "")  # set but empty: unset
-    assert test_hooks.faults(empty) == test_hooks.NO_FAULTS
-    asked = {"TF_RECIPES_FAULT_OVERFLOW": "1:5", "TF_RECIPES_FAULT_SLOW_STEP": "0.5",
-             "TF_RECIPES_FAULT_DESYNC_REPLICA": "2", "PATH": "/bin"}
-    assert test_hooks.faults(asked) == test_hooks.Faults(desync_replica=2, overflow=(1, 5), slow_step=0.5)
-    assert test_hooks.faults({"TF_RECIPES_FAULT_DESYNC_REPLICA": "0", "TF_RECIPES_FAULT_SLOW_STEP": "0"}) == \
-        test_hooks.Faults(desync_replica=0)
-
-
-def test_a_trainer_reads_the_faults_of_the_environment_when_it_is_made(monkeypatch):
-    for name in test_hooks.FAULT_ENVS:
-        monkeypatch.delenv(name, raising=False)
-    assert training.Trainer.__dataclass_fields__["faults"].default_factory() == test_hooks.NO_FAULTS
-    monkeypatch.setenv("TF_RECIPES_FAULT_SLOW_STEP", "0.25")
-    assert training.Trainer.__dataclass_fields__["faults"].default_factory() == test_hooks.Faults(slow_step=0.25)
-
-
-@pytest.mark.parametrize("name, value", [
-    *(("TF_RECIPES_FAULT_SLOW_STEP", value) for value in ("-1", "nan", "inf", "slow")),
-    *(("TF_RECIPES_FAULT_DESYNC_REPLICA", value) for value in ("-1", "1.5")),
-    *(("TF_RECIPES_FAULT_OVERFLOW", value) for value in ("1", "a:b", "-1:3", "1:0", "1:2:3")),
-])
-def test_a_bad_fault_value_is_one_line_naming_the_variable_and_the_value(name, value):
-    with pytest.raises(contract.UserError) as error:
-        test_hooks.faults({name: value})
-    message = str(error.value)
-    assert message.startswith(f"{name}={value}: ") and "\n" not in message, message
-
-
-def test_a_bad_fault_value_ends_a_run_with_one_line_and_exit_2(tmp_path):
-    process = run_python("recipes/mnist-cnn/train.py", "--synthetic", "--max-steps", "1", "--no-export",
-                         "--results-dir", str(tmp_path / "run"), env={"TF_RECIPES_FAULT_OVERFLOW": "1:0"}, timeout=300)
-    errors = [line for line in process.stderr.splitlines() if line.startswith("error:")]
-    assert process.returncode == contract.EXIT_USER_ERROR and "Traceback" not in process.stderr, process.stderr[-3000:]
-    assert errors == ["error: TF_RECIPES_FAULT_OVERFLOW=1:0: '1:0': need REPLICA >= 0 and STEP >= 1; "
-                      "unset it for a normal run"], process.stderr[-3000:]
-    assert not (tmp_path / "run" / contract.RESULTS_FILE).exists()
-
-
-def test_the_download_host_is_read_at_every_call(monkeypatch):
-    monkeypatch.delenv(test_hooks.DOWNLOAD_HOST_ENV, raising=False)
-    assert test_hooks.download_host() == "storage.googleapis.com"
-    monkeypatch.setenv(test_hooks.DOWNLOAD_HOST_ENV, "127.0.0.1")
-    assert test_hooks.download_host() == "127.0.0.1"
-    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    assert cannot_download(timeout_s=1.0) == "127.0.0.1 cannot be reached"  # nothing listens on 443 here
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    assert cannot_download(timeout_s=1.0) is None  # a proxy is asked to fetch it
-
-
-def test_an_overflow_fault_needs_float16_and_an_existing_replica():
-    test_hooks.check_overflow_fault(None, False, "float32", 1)
-    test_hooks.check_overflow_fault((1, 3), True, "mixed_float16", 2)
-    with pytest.raises(contract.UserError, match="computes in float32; add --amp float16"):
-        test_hooks.check_overflow_fault((1, 3), False, "float32", 2)
-    with pytest.raises(contract.UserError,
-                       match=r"TF_RECIPES_FAULT_OVERFLOW=2:3: there is no replica 2, this run has 2 \(0"):
-        test_hooks.check_overflow_fault((2, 3), True, "mixed_float16", 2)
-
-
-def test_an_overflow_fault_strikes_one_replica_at_one_step():
-    gradients = [tf.constant([1.0, -2.0]), None]
-    struck = test_hooks.overflow_gradients(gradients, tf.constant(3), 1, (1, 3))
-    assert np.isinf(struck[0].numpy()).all() and struck[1] is None
-    for step, replica in ((2, 1), (3, 0)):
-        spared = test_hooks.overflow_gradients(gradients, tf.constant(step), replica, (1, 3))
-        assert spared[0].numpy().tolist() == [1.0, -2.0]
-
-
-def test_a_desync_fault_moves_only_the_named_replica_on_the_process_that_holds_it():
-    copies = [tf.Variable([0.0, 1.0]), tf.Variable([0.0, 1.0])]
-    second_worker = SimpleNamespace(worker_index=1, local_replicas=2)  # replicas 2 and 3
-    test_hooks.desync_replica(copies, second_worker, 1)  # on the first worker: nothing here
-    assert [c.numpy().tolist() for c in copies] == [[0.0, 1.0], [0.0, 1.0]]
-    test_hooks.desync_replica(copies, second_worker, 3)
-    assert copies[0].numpy().tolist() == [0.0, 1.0]
-    assert copies[1].numpy() == pytest.approx([1e-3, 1.001])

@@ -1,4 +1,4 @@
-"""Paths a careless user hands the project: what a folder reader takes and names (common/user_paths.py),
+"""Paths a careless user hands the project: what a folder reader takes and names (common/tf_recipes/user_paths.py),
 outputs on inputs, a file where a folder was expected (and the reverse), paths another program's syntax
 cannot hold, values another program would check later, and tasks on a fresh clone. Every case that
 could block on a FIFO runs in a subprocess with a timeout, so a reader that blocks fails the test."""

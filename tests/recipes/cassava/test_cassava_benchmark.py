@@ -4,6 +4,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from dataset_graph import stages
@@ -68,3 +69,20 @@ def test_a_data_dir_without_cassava_is_named(tmp_path):
                          "--work-dir", str(tmp_path / "work"), "--skip-step", timeout=120)
     assert process.returncode != 0 and "not prepared in" in process.stderr and str(data) in process.stderr
     assert not (tmp_path / "work").exists() or not list((tmp_path / "work").glob("cassava-*-photos"))
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_on_generated_photos_and_reports_every_figure(tmp_path):
+    report_path = tmp_path / "report.json"
+    process = run_python("recipes/cassava-resnet/benchmark_input.py", "--photos", "40", "--rounds", "1",
+                         "--epochs", "2", "--image-size", "32", "--batch-size", "4", "--step-warmup", "1",
+                         "--steps", "1", "--work-dir", str(tmp_path / "work"), "--json", str(report_path), timeout=600)
+    assert_ok(process)
+    report = json.loads(report_path.read_text())
+    assert report["pipelines"]["photos"]["count"] == 40
+    for name in ("seed", "ours"):
+        assert report["pipelines"]["summary"][name]["first_epoch"]["images"] == 40
+        assert report["pipelines"]["summary"][name]["later_epochs"]["images_per_sec"] > 0
+    assert report["pipelines"]["ratio_ours_to_seed"]["first_epoch"]["median"] > 0
+    assert report["training_step"]["timed_steps"] == 1 and report["training_step"]["images_per_sec"] > 0
+    assert "ours / seed, within each round:" in process.stdout and "Training step alone" in process.stdout

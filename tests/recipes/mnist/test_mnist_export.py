@@ -1,4 +1,4 @@
-"""RESULTS/export as a TF Serving model base (common/export.py): every run adds version N+1 and leaves
+"""RESULTS/export as a TF Serving model base (common/tf_recipes/export.py): every run adds version N+1 and leaves
 the others as they are, a version appears whole or not at all, predict.py takes the newest, and what
 the project did not make in RESULTS/export is never touched.
 
@@ -34,6 +34,7 @@ def write_or_die(path, data):
     write(path, data)
 export.write_atomically = write_or_die
 sys.argv = [sys.argv[1], *sys.argv[2:]]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))  # the recipe's own modules, as `python train.py` finds them
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 

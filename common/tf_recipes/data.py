@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tf_recipes import test_hooks
 from tf_recipes.contract import UserError
 
 
@@ -29,11 +28,8 @@ class DataError(UserError, ValueError):
 
 
 def can_download(host: str, timeout_s: float = 5.0) -> bool:
-    """Whether `host` answers on 443 within a few seconds (or a proxy is configured).
-
-    Dataset downloaders retry for minutes when there is no network; asking first turns that wait
-    into an immediate, clear error on offline clusters.
-    """
+    """Whether `host` answers on 443 within a few seconds (or a proxy is configured): downloaders retry
+    for minutes offline; asking first gives a clear error at once."""
     if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return True
     try:
@@ -44,27 +40,22 @@ def can_download(host: str, timeout_s: float = 5.0) -> bool:
 
 
 def cannot_download(timeout_s: float = 5.0) -> str | None:
-    """Why a dataset or weights download cannot start now ("HOST cannot be reached"), or None when
-    the download host (tf_recipes.test_hooks.download_host: storage.googleapis.com) answers or a proxy
-    is configured. For the message that asks to prepare the data offline instead."""
-    host = test_hooks.download_host()
+    """"HOST cannot be reached" when a download cannot start (no proxy, and storage.googleapis.com, or
+    TF_RECIPES_DOWNLOAD_HOST's mirror, does not answer), else None."""
+    host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")
     return None if can_download(host, timeout_s) else f"{host} cannot be reached"
 
 
 def error_reason(error: BaseException, limit: int = 300) -> str:
-    """The first line of an exception's message, without TF's op and function decorations, for
-    one-line DataError messages."""
+    """The first line of an exception's message, without TF's decorations, for a one-line DataError."""
     text = getattr(error, "message", None) or str(error) or type(error).__name__
     text = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\]", "", text).strip()
     return (text.splitlines() or [""])[0][:limit]
 
 
 def check_labels(labels, num_classes: int, where: str, remedy: str) -> None:
-    """DataError naming the first label outside 0..num_classes-1 in `where`, and what to do.
-
-    Out-of-range labels otherwise fail mid-step with a TF error that names no example on CPU, and
-    give a NaN loss on GPU (as tf.nn.sparse_softmax_cross_entropy_with_logits documents).
-    """
+    """DataError naming the first label outside 0..num_classes-1 in `where`, and what to do (such a label
+    fails mid-step on the CPU naming no example, and gives a NaN loss on a GPU)."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise DataError(f"{where}: labels must be a 1-D integer array, got {labels.dtype} of shape "
@@ -136,20 +127,15 @@ def pipeline_positions(shard: InputShard, num_positions: int) -> np.ndarray:
 
 def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: int,
                   start_step: int = 0, shuffle: bool = True) -> np.ndarray:
-    """This pipeline's example indices for global steps [start_step, total_steps), in order.
-
-    The result holds exactly (total_steps - start_step) * global_batch / num_pipelines indices,
-    the same count on every pipeline, so no worker waits on a collective that another never joins.
-    """
+    """This pipeline's example indices for global steps [start_step, total_steps), in order: the same count
+    on every pipeline, so no worker waits on a collective another never joins."""
     order = global_order(num_examples, shard.global_batch, total_steps, seed, start_step, shuffle)
     return order[pipeline_positions(shard, len(order))]  # Distributed: the shard, cut from the global order
 
 
 def eval_share(num_examples: int, num_pipelines: int, pipeline_id: int) -> slice:
-    """Pipeline `pipeline_id`'s contiguous share of an evaluation set of `num_examples`.
-
-    The shares cover every example exactly once and differ in size by at most one; summing the
-    per-share loss and metric sums over the pipelines gives the whole set's."""
+    """Pipeline `pipeline_id`'s contiguous share of an evaluation set of `num_examples`: the shares cover
+    every example once and differ in size by at most one."""
     if num_examples < num_pipelines:
         raise DataError(f"the evaluation set has {num_examples} examples, fewer than the {num_pipelines} "
                         "processes that share it; evaluate on more examples or with fewer processes")

@@ -1,13 +1,9 @@
 """Evaluation during training: when it happens (--eval-every), the quality target that ends a run
 (--target METRIC=VALUE), and the learning curve that results.json, TensorBoard and a resume keep.
 
-A point of the curve is {"step", "examples_seen" (training examples), "seconds" (wall seconds since the
-run's process started, plus on a resume the time earlier attempts took to reach its checkpoint), and the
-metrics}.
-The curve is kept beside the checkpoints (RESULTS/checkpoints/curve.json), so that --resume continues
-it from the checkpoint it restores and a stopped run's time to target counts the time it already spent.
-
-Imports no TensorFlow: the flags are parsed before TensorFlow loads.
+A point is {"step", "examples_seen", "seconds" (since the process started, plus on a resume the earlier
+attempts' time), and the metrics}. The curve is kept beside the checkpoints (checkpoints/curve.json), so a
+resume continues it. Imports no TensorFlow: the flags are parsed before TensorFlow loads.
 """
 from __future__ import annotations
 
@@ -43,8 +39,7 @@ def lower_is_better(metric: str) -> bool:
 
 @dataclass(frozen=True)
 class Target:
-    """--target METRIC=VALUE: the run ends at the first evaluation whose METRIC reaches VALUE (at least
-    VALUE, or at most VALUE for a loss)."""
+    """--target METRIC=VALUE: the run ends at the first evaluation whose METRIC reaches VALUE (a loss: below)."""
 
     metric: str
     value: float
@@ -80,9 +75,8 @@ def target_type(metrics: tuple[str, ...]):
 
 
 def eval_interval(eval_every: int | None, total_steps: int, steps_per_epoch: int) -> int:
-    """Steps between evaluations: --eval-every; by default every epoch, or every few epochs in a run of
-    more than POINTS_PER_RUN of them (a run shorter than an epoch is evaluated at its end only).
-    0 means only the evaluation at the end."""
+    """Steps between evaluations: --eval-every (0: the end only); by default every epoch, or every few in
+    a run of more than POINTS_PER_RUN epochs."""
     if eval_every is None:
         return max(1, steps_per_epoch, math.ceil(total_steps / POINTS_PER_RUN))
     return eval_every
@@ -116,12 +110,12 @@ class Curve:
         """What curve.json holds at a checkpoint of `step`."""
         return {"step": step, "seconds": self.seconds(), "points": self.points}
 
-    def restore(self, step: int, read) -> str | None:
-        """Continue the curve of the checkpoint at `step`: its points up to that step and the time it
-        had taken. `read(path)` returns the parsed file (or raises OSError/ValueError). Returns the line
-        to print when curve.json cannot be read: the run goes on without the earlier points."""
+    def restore(self, step: int) -> str | None:
+        """Continue the curve of the checkpoint at `step`; the line to print when curve.json cannot be read,
+        and the run goes on without the earlier points."""
         try:
-            saved = read(self.path)
+            with open(self.path) as handle:
+                saved = json.load(handle)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as error:
@@ -133,8 +127,3 @@ class Curve:
             max((p["seconds"] for p in points), default=0.0))
         self._find_target()
         return None
-
-
-def read_json(path: str) -> dict:
-    with open(path) as handle:
-        return json.load(handle)

@@ -1,4 +1,4 @@
-"""Predictions from an exported model (RESULTS/export, common/export.py): what every predict.py runs.
+"""Predictions from an exported model (RESULTS/export, common/tf_recipes/export.py): what every predict.py runs.
 
 --model is the export folder (a TF Serving model base: version folders 1/, 2/, ...), the results folder
 that holds it, or one version folder. Given a model base, it uses the newest version, as TF Serving
@@ -41,9 +41,10 @@ from tf_recipes import user_paths
 from tf_recipes.atomic import write_atomically
 from tf_recipes.cli import positive_int
 from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
-                             EXPORT_SIGNATURE, PREDICTIONS_FILE, UserError)
+                                 UserError)
 
-
+EXPORT_SIGNATURE = "serving_default"  # the export's signature that predict.py calls
+PREDICTIONS_FILE = "predictions.csv"  # what a classification predict.py writes in --out
 PREDICT_MARKER = ".tf-recipes-predict"  # in --out: a predict run wrote here, a later run may write again
 PARTIAL_SUFFIX = ".partial"  # predictions.csv while it is being written
 VERSION_COLUMN = "model_version"  # predictions.csv and each segmentation JSON: the version folder used
@@ -277,7 +278,7 @@ def run(args, task: str) -> None:
     if problem:
         raise PredictError(problem)
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
-        handle.write("written by common/predicting.py: a later predict run may write here again\n")
+        handle.write("written by tf_recipes.predicting: a later predict run may write here again\n")
     unreadable, table, done = [], None, 0
     for path, what in others:
         skip(path, f"{what}, not a regular file", unreadable)

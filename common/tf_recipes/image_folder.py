@@ -1,15 +1,6 @@
-"""A folder of class-named subfolders of photos (the Keras image_dataset_from_directory layout), as
-lists of files and labels for the classification recipes (`--data-format image-folder`).
-
-    DIR/train/CLASS/*.jpg|*.jpeg|*.png  and  DIR/val/CLASS/...      two splits, or
-    DIR/CLASS/...  with --val-fraction F                           one folder, split here
-
-Class names are the subfolder names, sorted; label i is the i-th name. Files are listed in sorted
-order (tf_recipes.user_paths: regular files and links to them; anything else with a photo's suffix, such
-as a FIFO or a dangling link, is named in a DataError), so every process of a job (and every launcher)
-sees the same list; the split of one folder is drawn from --seed, the same in every process. Only
-lists are built here: decoding is the recipe's (cassava-resnet caches it, mnist-cnn converts to 28x28
-grayscale in memory).
+"""A folder of photos in class-named subfolders (`--data-format image-folder`) as sorted lists of files and
+labels, the same in every process: DIR/train/CLASS/*.jpg|*.jpeg|*.png and DIR/val/CLASS/..., or DIR/CLASS/...
+split by --val-fraction (drawn from --seed). Label i is the i-th class name in sorted order.
 """
 from __future__ import annotations
 
@@ -62,11 +53,10 @@ def _classes(folder: str) -> dict[str, list[str]]:
         for other, what in listing.others[:1]:  # never opened: a FIFO would block the run
             raise DataError(f"{user_paths.not_a_file(other, what)}, in class {name!r} of {folder}; "
                             "replace it with the photo itself or remove it")
-        files = listing.files
-        if not files:
+        if not listing.files:
             raise DataError(f"class {name!r} in {folder} holds no .jpg, .jpeg or .png file; "
                             "add its photos or remove the folder")
-        classes[name] = files
+        classes[name] = listing.files
     if not classes:
         raise DataError(f"{folder} holds no class subfolders; expected one folder of photos per class")
     return classes
@@ -86,10 +76,8 @@ def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: in
     if val_fraction is not None:
         if not 0 < val_fraction < 1:
             raise DataError(f"--val-fraction {val_fraction} must be between 0 and 1")
-        classes = _classes(data_dir)
-        rng = np.random.default_rng(seed)  # Distributed: the same split in every process
-        train, val = {}, {}
-        for name, files in classes.items():
+        train, val, rng = _classes(data_dir), {}, np.random.default_rng(seed)  # Distributed: one split everywhere
+        for name, files in list(train.items()):
             order = rng.permutation(len(files))
             cut = max(1, int(round(len(files) * val_fraction)))
             if cut >= len(files):
@@ -97,19 +85,19 @@ def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: in
                                 f"some for training with --val-fraction {val_fraction}")
             val[name] = sorted(files[i] for i in order[:cut])
             train[name] = sorted(files[i] for i in order[cut:])
-        names = sorted(classes)
-        return ImageFolder(data_dir, names, {TRAIN: _as_split(train, names), VAL: _as_split(val, names)})
-    found = {split: os.path.join(data_dir, split) for split in (TRAIN, VAL)}
-    for split, path in found.items():
-        if not os.path.isdir(path):
-            raise DataError(f"{data_dir} has no {split}/ folder; give train/ and val/ of class subfolders, "
-                            "or pass --val-fraction F to split one folder of classes")
-    train, val = _classes(found[TRAIN]), _classes(found[VAL])
-    for name in sorted(set(train) - set(val)):
-        raise DataError(f"class {name!r} is in {found[TRAIN]} but not in {found[VAL]}; add its validation photos")
-    for name in sorted(set(val) - set(train)):
-        raise DataError(f"class {name!r} is in {found[VAL]} but not in {found[TRAIN]}; "
-                        "remove it or add training photos")
+    else:
+        found = {split: os.path.join(data_dir, split) for split in (TRAIN, VAL)}
+        for split, path in found.items():
+            if not os.path.isdir(path):
+                raise DataError(f"{data_dir} has no {split}/ folder; give train/ and val/ of class subfolders, "
+                                "or pass --val-fraction F to split one folder of classes")
+        train, val = _classes(found[TRAIN]), _classes(found[VAL])
+        for name in sorted(set(train) - set(val)):
+            raise DataError(f"class {name!r} is in {found[TRAIN]} but not in {found[VAL]}; add its validation "
+                            "photos")
+        for name in sorted(set(val) - set(train)):
+            raise DataError(f"class {name!r} is in {found[VAL]} but not in {found[TRAIN]}; "
+                            "remove it or add training photos")
     names = sorted(train)
     return ImageFolder(data_dir, names, {TRAIN: _as_split(train, names), VAL: _as_split(val, names)})
 

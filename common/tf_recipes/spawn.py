@@ -10,13 +10,17 @@ This is what a cluster scheduler does for a job: it gives worker i the TF_CONFIG
 (and, with --gpus-per-worker, its own GPUs), streams the workers' output, and stops the others as
 soon as one fails, so that no worker waits forever on a collective its peer will never join. It exits
 with the first failing worker's code. SIGTERM and SIGUSR1 sent to it go on to every worker, which
-then stop together with a checkpoint (see common/stopping.py) and exit with 143. One node picks free
+then stop together with a checkpoint (tf_recipes.stopping) and exit with 143. One node picks free
 ports itself; several nodes agree on --port-base (ports port-base .. port-base+nproc-1 on every host
 must be free and reachable).
+
+Also what starts a job elsewhere (`invoke run`) uses: signals passed on to child processes, a child stopped
+with its parent, and a stopped job's exit status.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -26,10 +30,51 @@ import sys
 import time
 
 from tf_recipes.cli import non_negative_int, positive_int
+from tf_recipes.cluster import build_tf_config
 from tf_recipes.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV, host_name_problem
-from tf_recipes.stopping import forwarding_stop_signals
-from tf_recipes.tf_config import build_tf_config
+from tf_recipes.stopping import STOP_SIGNALS, stopped_marker
 from tf_recipes.user_paths import exit_if
+
+
+def job_status(status: int, results_dir: str, since: float) -> int:
+    """EXIT_STOPPED for a job whose processes stopped on a signal after `since`, else horovodrun's `status`."""
+    marker = stopped_marker(results_dir)
+    # Horovod: horovodrun and mpirun report a stop of their ranks as a failure
+    if status and os.path.exists(marker) and os.path.getmtime(marker) >= since:
+        return EXIT_STOPPED
+    return status
+
+
+
+@contextlib.contextmanager
+def forwarding_stop_signals(processes):
+    """While inside, SIGTERM and SIGUSR1 go on to every process of `processes` still running."""
+    def forward(signum, frame):
+        for process in list(processes):
+            if process.poll() is None:
+                process.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def stopped_with_parent():
+    """A `preexec_fn` for subprocess.Popen: the child gets SIGTERM when the thread that starts it ends (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+
+    def arm() -> None:
+        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG: the signal when the starting thread ends
+        if os.getppid() != parent:  # the parent died before the option was set
+            os._exit(EXIT_STOPPED)
+    return arm
 
 
 def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,

@@ -1,17 +1,16 @@
-"""What a run tells and leaves behind: progress lines, the loss curve, TensorBoard scalars and the
-profiler trace, the replicas' fingerprints and loss scales (the desync guard), results.json and the
-final weights; and the one-line error of a write that fills the disk.
-
-Every process of the job calls these alike (the gathers are collectives every process must join);
-only the chief prints and writes. The figures themselves (throughput, versions), the check that the
-fingerprints agree and the crash-safe write of a JSON file are tf_recipes.results'.
+"""What a run tells and leaves behind: progress lines, TensorBoard scalars and the profiler trace, the
+replicas' fingerprints and loss scales (the desync guard), results.json (throughput, versions, the machine)
+and the final weights, JSON written whole or not at all; a write that fills the disk is one line. Every
+process calls these alike (the gathers are collectives); only the chief prints and writes.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.metadata
 import json
 import os
+import platform
 import shutil
 import sys
 
@@ -20,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from tf_recipes.contract import FINAL_WEIGHTS_FILE, RESULT_FIELDS, RESULTS_FILE, DesyncError, DiskFullError
+from tf_recipes.atomic import atomic_file
 from tf_recipes.launchers import Launcher, replica_copies
-from tf_recipes.results import check_in_sync, machine, throughput, versions, write_json
 
 
 def log(launcher: Launcher, message: str) -> None:
@@ -35,8 +34,6 @@ def scales_loss(optimizer) -> bool:
     return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
 
-# -- writes that may fill the disk ----------------------------------------------------------------
-
 def nbytes(variables) -> int:
     """Bytes the values of `variables` take: about what a checkpoint or weights file of them needs."""
     return int(sum(np.prod(v.shape) * np.dtype(getattr(v.dtype, "name", v.dtype)).itemsize for v in variables))
@@ -44,10 +41,9 @@ def nbytes(variables) -> int:
 
 def disk_full_reason(error) -> str | None:
     """"No space left on device" / "Disk quota exceeded" when `error` is one of them, else None."""
-    if isinstance(error, OSError) and error.errno:
-        return os.strerror(error.errno) if error.errno in (errno.ENOSPC, errno.EDQUOT) else None
-    text = str(getattr(error, "message", error))
-    return next((os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT) if os.strerror(code) in text), None)
+    text = "" if isinstance(error, OSError) and error.errno else str(getattr(error, "message", error))
+    return next((os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT)
+                 if getattr(error, "errno", None) == code or os.strerror(code) in text), None)
 
 
 @contextlib.contextmanager
@@ -77,8 +73,6 @@ def disk_full_is_one_line(folder: str, needed: int, what: str, also=()):
                             "free space there or give --results-dir a larger folder") from None
 
 
-# -- progress: the lines, the loss curve, TensorBoard ---------------------------------------------
-
 def progress_line(step: int, total_steps: int, steps_per_epoch: int, loss: float, metrics: dict,
                   images_per_sec: float) -> str:
     """The progress line of `step`: its epoch, loss, float metrics (a loss scale as %g) and images/s."""
@@ -90,8 +84,8 @@ def progress_line(step: int, total_steps: int, steps_per_epoch: int, loss: float
 
 
 class RunReport:
-    """The loss curve of one run (results.json's "losses"), its progress lines, its TensorBoard
-    scalars under RESULTS/tensorboard and its --profile trace under RESULTS/profile."""
+    """One run's losses (results.json's "losses"), progress lines, TensorBoard scalars
+    (RESULTS/tensorboard) and --profile trace (RESULTS/profile)."""
 
     def __init__(self, launcher: Launcher, results_dir: str, global_batch: int, total_steps: int,
                  steps_per_epoch: int, log_every: int, profile_steps: tuple[int, int] | None = None):
@@ -141,11 +135,8 @@ class RunReport:
             writer.flush()
 
 
-# -- the replicas agree: fingerprints and loss scales --------------------------------------------
-
 def replica_state(model: keras.Model):
-    """What must be identical on every replica: the trainable weights and the float state that
-    no gradient keeps in sync (batch-norm moving statistics)."""
+    """What must be identical on every replica: the trainable weights, and batch-norm statistics."""
     drifting = [v for v in model.non_trainable_variables if "float" in str(v.dtype)]
     return model.trainable_variables, drifting
 
@@ -156,9 +147,8 @@ def loss_scale_state(optimizer) -> list:
 
 
 def gather_loss_scaling(launcher: Launcher, optimizer, step: int) -> dict | None:
-    """float16: every replica's loss scale and count of steps skipped for overflow (the steps it
-    did not apply: the step count minus the optimizer's), gathered like the fingerprints; results.json's
-    "loss_scaling". Raises DesyncError when two replicas differ."""
+    """float16: every replica's loss scale and steps skipped for overflow (results.json's "loss_scaling");
+    DesyncError when two replicas differ."""
     if not scales_loss(optimizer):
         return None
     rows = [[float(scale.numpy()), step - int(applied.numpy())]
@@ -180,8 +170,7 @@ def gather_loss_scaling(launcher: Launcher, optimizer, step: int) -> dict | None
 
 
 def agreed_fingerprints(launcher: Launcher, variables) -> list[str]:
-    """Every replica's fingerprint of `variables`, known to every process: the desync guard raises
-    DesyncError unless they are all the same."""
+    """Every replica's fingerprint of `variables`, on every process; DesyncError unless all are one."""
     fingerprints = launcher.all_fingerprints(variables)  # Distributed: desync guard's gather
     check_in_sync(fingerprints)
     log(launcher, f"replicas in sync: {len(fingerprints)} identical fingerprints of the weights, "
@@ -189,48 +178,88 @@ def agreed_fingerprints(launcher: Launcher, variables) -> list[str]:
     return fingerprints
 
 
-# -- results.json and the final weights ------------------------------------------------------------
+def check_in_sync(fingerprints: list[str]) -> None:
+    """The desync guard: every replica must end with bit-identical trainable weights."""
+    if len(set(fingerprints)) > 1:  # Distributed: the replicas must end as one model
+        listing = ", ".join(f"replica {i}: {fp}" for i, fp in enumerate(fingerprints))
+        raise DesyncError(
+            f"replicas finished with different weights ({listing}). The launchers did not keep "
+            "them in sync, so this run trained no single model; results were not written. "
+            "Check the Keras version (>= 3.8 is required for MirroredStrategy) and the launcher.")
+
+
+def throughput(step_times_s: list[float], global_batch: int, num_replicas: int, warmup_steps: int) -> dict:
+    """Images/s (trained on, over their steps' summed time) and step-time percentiles after the warm-up."""
+    timed = np.asarray(step_times_s[warmup_steps:], dtype=np.float64)
+    if timed.size == 0:
+        return {"timed_steps": 0, "images_per_sec": None, "images_per_sec_per_replica": None,
+                "step_time_p50_ms": None, "step_time_p90_ms": None}
+    images_per_sec = global_batch * timed.size / timed.sum()
+    return {
+        "timed_steps": int(timed.size),
+        "images_per_sec": float(f"{images_per_sec:.4g}"),
+        "images_per_sec_per_replica": float(f"{images_per_sec / num_replicas:.4g}"),  # Distributed: rate per replica
+        "step_time_p50_ms": round(float(np.percentile(timed, 50) * 1e3), 3),
+        "step_time_p90_ms": round(float(np.percentile(timed, 90) * 1e3), 3),
+    }
+
+
+def versions() -> dict:
+    """The versions that made the run; Horovod's read without importing it."""
+    try:
+        horovod_version = importlib.metadata.version("horovod")
+    except importlib.metadata.PackageNotFoundError:
+        horovod_version = None
+    return {"python": platform.python_version(), "tensorflow": tf.__version__,
+            "keras": keras.__version__, "horovod": horovod_version}
+
+
+def machine() -> dict:
+    """What ran it: the CPU's model, its cores, the GPUs TensorFlow sees, the load average at the end."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpus": len(tf.config.list_physical_devices("GPU")),
+            "load_average": load and [round(value, 2) for value in load]}
+
+
+def write_json(path: str, data: dict) -> None:
+    """Write atomically and durably: a reader sees the old file or the whole new one, also after a crash."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_file(path, "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+
 
 def results_record(run, extra: dict | None = None, command: list[str] | None = None) -> dict:
-    """results.json of a finished run (a tf_recipes.training.Trainer after fit); `extra` adds the recipe's
-    fields (its final_metrics above all) and overrides any of these."""
-    launcher = run.launcher
+    """results.json of a Trainer after fit; `extra`, the recipe's fields, adds to and overrides these."""
+    launcher, reached = run.launcher, run.curve.target_reached or {}
     return {
-        "recipe": run.recipe,
-        "launcher": launcher.name,
-        "nodes": launcher.num_nodes,
-        "workers": launcher.num_workers,
-        "replicas": launcher.num_replicas,
-        "per_replica_batch": run.per_replica_batch,
-        "global_batch": run.global_batch,
-        "start_step": run.start_step,
-        "steps": run.total_steps,
-        "steps_per_epoch": run.steps_per_epoch,
+        "recipe": run.recipe, "launcher": launcher.name, "nodes": launcher.num_nodes,
+        "workers": launcher.num_workers, "replicas": launcher.num_replicas,
+        "per_replica_batch": run.per_replica_batch, "global_batch": run.global_batch,
+        "start_step": run.start_step, "steps": run.total_steps, "steps_per_epoch": run.steps_per_epoch,
         "warmup_steps": run.warmup_steps,
         **throughput(run.step_times, run.global_batch, launcher.num_replicas, run.warmup_steps),
-        "losses": run.report.history,
-        "replica_fingerprints": run.fingerprints,
+        "losses": run.report.history, "replica_fingerprints": run.fingerprints,
         "replicas_in_sync": len(set(run.fingerprints)) == 1,
-        "precision": run.precision,
-        "loss_scaling": run.loss_scaling,
-        "xla": run.xla,
+        "precision": run.precision, "loss_scaling": run.loss_scaling, "xla": run.xla,
         # The learning curve: the held-out set's metrics during training, and the time to --target
-        "eval_every": run.eval_interval if run.evaluation else 0,
-        "curve": run.curve.points,
+        "eval_every": run.eval_interval if run.evaluation else 0, "curve": run.curve.points,
         "target": str(run.target) if run.target else None,
-        "time_to_target": run.curve.target_reached and run.curve.target_reached["seconds"],
-        "target_step": run.curve.target_reached and run.curve.target_reached["step"],
+        "time_to_target": reached.get("seconds"), "target_step": reached.get("step"),
         "wall_seconds": run.curve.seconds(),  # since the process started (and, on a resume, the earlier attempts)
-        "machine": machine(),
-        "versions": versions(),
-        "command": sys.argv if command is None else command,
+        "machine": machine(), "versions": versions(), "command": sys.argv if command is None else command,
         **(extra or {}),
     }
 
 
 def save_results(run, extra: dict | None = None) -> str | None:
-    """results.json and the final weights of `run`, written by the chief; every process calls it and
-    returns only once the chief has written them, so the job's processes end together."""
+    """results.json and the final weights of `run`, written by the chief while every process waits."""
     launcher, folder = run.launcher, run.results_dir
     if not launcher.is_chief:  # Distributed: the others wait for the chief's results
         launcher.barrier()

@@ -41,6 +41,7 @@ MIN_DEADLINE = 5  # seconds: below it not even a healthy cluster can answer
 HEARTBEAT_SECONDS = 1.0
 STALE_SECONDS = 10.0  # a heartbeat that has not moved for this long: the rank froze or died
 REPORT_BYTES = 4096  # a rank's report, gathered as bytes over the collective
+RANKS_DIR = "preflight-ranks"  # one heartbeat file per rank, beside preflight.json
 FINAL_STAGES = ("done", "failed")
 
 
@@ -535,7 +536,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     user_paths.exit_if(user_paths.make_folder("--results-dir", args.results_dir))
     rank, expected = ranks_from_env(os.environ, args.launcher)
-    heartbeat = Heartbeat(os.path.join(args.results_dir, contract.PREFLIGHT_RANKS_DIR), rank, expected,
+    heartbeat = Heartbeat(os.path.join(args.results_dir, RANKS_DIR), rank, expected,
                           args.run_id, args.deadline).start()
     deadline = Deadline(args.deadline, heartbeat, args.results_dir, args.launcher).start()
     nccl_pattern = _nccl_log_pattern(args.results_dir)

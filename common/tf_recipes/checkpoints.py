@@ -1,11 +1,8 @@
-"""Checkpoint and resume: what a run keeps in RESULTS/checkpoints so that --resume continues it
-exactly, the checks that refuse a resume that could not, and the stop on a signal (tf_recipes.stopping)
-that leaves a checkpoint to resume from.
-
-A checkpoint holds the model, the optimizer (float16's loss scale included), the step and the
-dropout layers' random state; beside it, checkpoints/run.json holds the run's identity (what decides
-the data order and the per-replica state). A resume continues only a run of the same identity, and
-from no step past this run's last. Every process reads the same files, so all of them decide alike.
+"""Checkpoint and resume: RESULTS/checkpoints holds the model, the optimizer (float16's loss scale
+included), the step and the dropout layers' random state, and run.json the run's identity (what decides
+the data order and the per-replica state). --resume continues only a run of the same identity, from no
+step past its last; every process reads the same files, so all decide alike. A stop on a signal leaves
+a checkpoint to resume from.
 """
 from __future__ import annotations
 
@@ -19,8 +16,7 @@ import tensorflow as tf
 from tf_recipes.cli import amp_flags
 from tf_recipes.contract import RESULT_FIELDS, RESULTS_FILE, RunFinished, StopRequested, UserError
 from tf_recipes.launchers import Launcher
-from tf_recipes.reporting import disk_full_is_one_line, log, nbytes
-from tf_recipes.results import write_json
+from tf_recipes.reporting import disk_full_is_one_line, log, nbytes, write_json
 from tf_recipes.stopping import StopFlag, stopped_marker
 
 CHECKPOINTS_DIR = "checkpoints"  # RESULTS/checkpoints
@@ -77,10 +73,8 @@ class Checkpoints:
         self.checkpoint = None
 
     def check_resume_target(self) -> None:
-        """--resume, decided before any model is built, collective run or file written: refuse a
-        checkpoint from other settings or past this run's last step, and end a run that already
-        finished without touching it (RunFinished). Every process reads the same files, so all
-        decide alike and none is left waiting for a peer that returned."""
+        """--resume, before anything is built or written: refuse a checkpoint from other settings or past
+        this run's last step; end a run that already finished (RunFinished)."""
         latest = tf.train.latest_checkpoint(self.folder) if self.resume else None
         if not latest:
             return
@@ -116,8 +110,7 @@ class Checkpoints:
 
     def track(self, model, optimizer, step: tf.Variable) -> None:
         """What every checkpoint holds: the model, the optimizer (built) and the step."""
-        # model.variables adds what the model's own checkpoint graph leaves out: the random state of
-        # the dropout layers (Keras SeedGenerator). Without it a resumed run draws other masks.
+        # model.variables adds the dropout layers' random state, without which a resume draws other masks.
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step,
                                               model_state=list(model.variables))
 
@@ -151,8 +144,7 @@ class Checkpoints:
     def save(self) -> None:
         """A checkpoint of the tracked step, and run.json beside it (the chief's copy is kept)."""
         launcher = self.launcher
-        # Every worker saves (saving can involve the strategy's collectives), but only the chief keeps
-        # its copy. Horovod has no collectives in saving: only rank 0 writes.
+        # Every worker saves (saving can involve the strategy's collectives); only the chief keeps its copy.
         # Distributed: only the chief keeps checkpoints
         if not launcher.is_chief and launcher.traits["collective"] != "strategy":
             return

@@ -1,36 +1,60 @@
-"""The flags every recipe shares, and clean one-line errors for user mistakes.
-
-This module does not import TensorFlow: a recipe parses its arguments before TensorFlow loads, so
-`train.py --help` and a mistyped flag answer at once and without TensorFlow's start-up log.
-"""
+"""The flags every recipe shares, and clean one-line errors for user mistakes. Imports no TensorFlow, so
+`train.py --help` and a mistyped flag answer at once, without TensorFlow's start-up log."""
 from __future__ import annotations
 
 import argparse
 import math
 import os
 import sys
+import threading
 
 from tf_recipes import contract, evaluation, user_paths
 from tf_recipes.contract import COLLECTIVES, LAUNCHERS
 from tf_recipes.stopping import peer_error_summary
 
 
-def _whole_number(text: str, minimum: int, rule: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"{value} {rule}")
-    return value
+def _whole(minimum: int, rule: str):
+    """An argparse type: a whole number of at least `minimum`."""
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} {rule}")
+        return value
+    return whole
 
 
-def positive_int(text: str) -> int:
-    return _whole_number(text, 1, "must be at least 1")
+def _real(accept, rule: str):
+    """An argparse type: a finite number (never nan or inf) for which accept(value) holds."""
+    def real(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and accept(value)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
+        return value
+    return real
 
 
-def non_negative_int(text: str) -> int:
-    return _whole_number(text, 0, "must not be negative")
+positive_int = _whole(1, "must be at least 1")
+non_negative_int = _whole(0, "must not be negative")
+positive_float = _real(lambda value: value > 0, "a finite number greater than 0")
+non_negative_float = _real(lambda value: value >= 0, "a finite number of at least 0")
+# 0 < F < 1: a share of the examples (such as --val-fraction)
+fraction = _real(lambda value: 0 < value < 1, "a fraction between 0 and 1 (both excluded), e.g. 0.2")
+# 0 <= R < 1: a probability that may be zero but never drops everything (such as a dropout rate)
+rate = _real(lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
+# A loss scale: greater than 0, and one that float32 (the scale's variable) holds.
+loss_scale = _real(lambda value: 0 < value <= 3.4028234663852886e38,
+                   "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768")
+
+
+def at_least(minimum: float):
+    """An argparse type: a finite number >= minimum (such as a deadline with a floor)."""
+    return _real(lambda value: value >= minimum, f"a finite number of at least {minimum:g}")
 
 
 def step_window(text: str) -> tuple[int, int]:
@@ -44,76 +68,25 @@ def step_window(text: str) -> tuple[int, int]:
     return start, end
 
 
-def _real(text: str, accept, rule: str) -> float:
-    """A float from the command line for which accept(value) holds, else argparse's one-line error that
-    names the value and `rule`. nan and inf are always refused: no flag means 'forever' or 'unset' by them."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and accept(value)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    return _real(text, lambda value: value > 0, "a finite number greater than 0")
-
-
-def non_negative_float(text: str) -> float:
-    return _real(text, lambda value: value >= 0, "a finite number of at least 0")
-
-
-def at_least(minimum: float):
-    """An argparse type: a finite number >= minimum (such as a deadline with a floor)."""
-    def number(text: str) -> float:
-        return _real(text, lambda value: value >= minimum, f"a finite number of at least {minimum:g}")
-    number.__name__ = f"number >= {minimum:g}"
-    return number
-
-
-def fraction(text: str) -> float:
-    """0 < F < 1: a share of the examples (such as --val-fraction)."""
-    return _real(text, lambda value: 0 < value < 1, "a fraction between 0 and 1 (both excluded), e.g. 0.2")
-
-
-def rate(text: str) -> float:
-    """0 <= R < 1: a probability that may be zero but never drops everything (such as a dropout rate)."""
-    return _real(text, lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
-
-
-# --amp DTYPE: the 16-bit type of the computation; the weights stay float32 (Keras mixed precision).
-AMP_DTYPES = ("auto", "float16", "bfloat16")
-# Keras's LossScaleOptimizer defaults: the first loss scale, and the steps without an overflow after
-# which it doubles (every overflow halves it and skips the step).
+AMP_DTYPES = ("auto", "float16", "bfloat16")  # --amp DTYPE: the 16-bit type of the computation, not of the weights
+# Keras's LossScaleOptimizer defaults: the first scale, and the steps without an overflow that double it.
 LOSS_SCALE_INITIAL = 2.0 ** 15
 LOSS_SCALE_GROWTH_STEPS = 2000
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 def precision_policy(amp: str | None, gpu: bool) -> str:
-    """The Keras dtype policy of `--amp [DTYPE]` (None: no --amp) on a machine with or without a GPU.
-
-    auto is float16 on a GPU (tensor cores; needs loss scaling) and bfloat16 on the CPU (float16 is
-    slow there, and bfloat16 needs no loss scaling); float16 and bfloat16 are taken as asked."""
+    """The Keras dtype policy of `--amp [DTYPE]` (None: no --amp) with or without a GPU."""
     if not amp:
         return "float32"
     if amp not in AMP_DTYPES:
         raise ValueError(f"--amp {amp!r}: choose one of {', '.join(AMP_DTYPES)}")
-    dtype = ("float16" if gpu else "bfloat16") if amp == "auto" else amp
-    return f"mixed_{dtype}"
+    return f"mixed_{('float16' if gpu else 'bfloat16') if amp == 'auto' else amp}"
 
 
 def amp_flags(policy: str) -> str:
     """The --amp flag that asks for `policy` on any machine, for messages."""
     return {"float32": "--no-amp", "mixed_float16": "--amp float16", "mixed_bfloat16": "--amp bfloat16"}.get(
         policy, policy)
-
-
-def loss_scale(text: str) -> float:
-    """A loss scale: finite, greater than 0, and one that float32 (the scale's variable) holds."""
-    return _real(text, lambda value: 0 < value <= FLOAT32_MAX, "a finite number greater than 0 and at most "
-                 "3.4e38 (float32), e.g. 32768")
 
 
 def add_precision_flags(group) -> None:
@@ -130,24 +103,17 @@ def add_precision_flags(group) -> None:
                             f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
 
 
-# The output folders a recipe's train.py may have: every recipe's --results-dir, cassava-resnet's --cache-dir,
-# cityscapes-unet's --predict-dir.
-OUTPUT_FOLDERS = ("results_dir", "cache_dir", "predict_dir")
-
-
 def folder_flags_problem(args) -> str | None:
-    """One line when --data-dir or an output folder (OUTPUT_FOLDERS) names a file (or a FIFO, ...), when
-    an output folder is, contains or lies inside --data-dir, or when an output folder cannot be made."""
+    """One line when --data-dir or an output folder names a file, overlaps --data-dir or cannot be made."""
     data_dir = getattr(args, "data_dir", None)
-    outputs = {f"--{dest.replace('_', '-')}": getattr(args, dest, None) for dest in OUTPUT_FOLDERS}
+    outputs = {f"--{dest.replace('_', '-')}": getattr(args, dest, None)
+               for dest in ("results_dir", "cache_dir", "predict_dir")}
     return (data_dir and user_paths.folder_problem("--data-dir", data_dir)) or user_paths.flags_problem(
         {"--data-dir": data_dir}, outputs)
 
 
 class TrainingParser(argparse.ArgumentParser):
-    """argparse's parser that also refuses, in one line with exit status 2, folder flags that name a file
-    or put an output on the data. Parsing sets nothing outside the namespace it returns (the faults a
-    test asks for come from the environment: common/test_hooks.py)."""
+    """argparse's parser that also refuses, in one line, folder flags that name a file or overlap."""
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -170,8 +136,7 @@ def add_evaluation_flags(parser, metrics: tuple[str, ...]) -> None:
 
 def training_parser(description: str, *, batch_size: int, epochs: int, lr: float,
                     metrics: tuple[str, ...] = ("accuracy",)) -> argparse.ArgumentParser:
-    """An argparse parser with the shared flags; a recipe adds its own and sets its defaults.
-    `metrics` are what its evaluation reports, and what --target may name besides the loss."""
+    """An argparse parser with the shared flags (`metrics`: what --target may name besides the loss)."""
     parser = TrainingParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     run = parser.add_argument_group("launch")
     run.add_argument("--launcher", choices=LAUNCHERS, default="single",
@@ -234,36 +199,45 @@ def is_peer_error(error: BaseException) -> bool:
                for kind in type(error).__mro__)
 
 
-def run_main(main) -> None:
-    """Run a recipe's main(); user mistakes end with one line on stderr, not a traceback.
+_STATUSES = (((contract.UserError, FileExistsError, FileNotFoundError, FloatingPointError), contract.EXIT_USER_ERROR),
+             (contract.DesyncError, contract.EXIT_DESYNC), (contract.TargetMissed, contract.EXIT_TARGET_MISSED),
+             (contract.ClusterError, contract.EXIT_CLUSTER))
 
-    The exit statuses are tf_recipes.contract's EXIT_*: 0 done, 2 user mistake or bad data, 3 replicas
-    out of sync, 4 cluster did not form or a peer was lost, 13 --target not reached, 143 stopped on a
-    signal with a checkpoint."""
+
+RELEASE_THREAD, RELEASE_WAIT = "release-train-iterator", 5.0  # tf_recipes.training.release_in_background
+
+
+def leave(status: int) -> None:
+    """Exit with `status`, leaving a training iterator still being released after RELEASE_WAIT s behind: under
+    MultiWorkerMirroredStrategy it outlasted the peers by up to a minute (TF 2.17); all is written by then."""
+    for thread in [t for t in threading.enumerate() if t.name == RELEASE_THREAD]:
+        thread.join(RELEASE_WAIT)
+        if thread.is_alive():
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(status)
+    sys.exit(status)
+
+
+def run_main(main) -> None:
+    """Run a recipe's main(); a user's mistake ends in one line on stderr and a contract.EXIT_* status."""
     try:
         main()
-    except (contract.UserError, FileExistsError, FileNotFoundError, FloatingPointError) as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(contract.EXIT_USER_ERROR)
-    except contract.DesyncError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(contract.EXIT_DESYNC)
-    except contract.TargetMissed as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        sys.exit(contract.EXIT_TARGET_MISSED)
+        leave(contract.EXIT_DONE)
     except contract.RunFinished:  # the chief has said so; a requeued job or recreated pod ends cleanly
-        sys.exit(contract.EXIT_DONE)
+        leave(contract.EXIT_DONE)
     except contract.StopRequested as stop:
         print(str(stop), file=sys.stderr, flush=True)
-        sys.exit(contract.EXIT_STOPPED)
-    except Exception as error:
-        if not isinstance(error, contract.ClusterError) and not is_peer_error(error):
-            raise
-        message = str(error) if isinstance(error, contract.ClusterError) else (
-            f"lost contact with the other workers ({type(error).__name__}: {peer_error_summary(error)}); "
-            "continue from the last checkpoint with --resume")
-        print(f"error: {message}", file=sys.stderr, flush=True)
-        # Not sys.exit: TensorFlow's shutdown can wait on the lost peer for minutes.
-        os._exit(contract.EXIT_CLUSTER)
+        leave(contract.EXIT_STOPPED)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as error:
+        status = next((status for kinds, status in _STATUSES if isinstance(error, kinds)), None)
+        if status is None and not is_peer_error(error):
+            raise
+        message = str(error) if status else (f"lost contact with the other workers ({type(error).__name__}: "
+                                             f"{peer_error_summary(error)}); continue from the last checkpoint "
+                                             "with --resume")
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        if status in (None, contract.EXIT_CLUSTER):  # not sys.exit: TensorFlow's shutdown can wait on a lost peer
+            os._exit(contract.EXIT_CLUSTER)
+        leave(status)

@@ -5,35 +5,30 @@ A recipe builds its model and optimizer under `launcher.scope()`, hands them to 
 launchers; the launcher decides where each replica runs, how gradients are combined and which share
 of the data each process reads.
 
-Loss scaling rule: every replica divides the *sum* of its per-example losses by the *global* batch.
-Summing those gradients over replicas (the strategies do it inside `apply_gradients`, Horovod in
-`aggregate_gradients`) then gives exactly the gradient of the mean loss over the global batch, the
-same number a single device computes on the whole batch.
-
-The loop's neighbours: tf_recipes.checkpoints (checkpoint, resume, stop with a checkpoint),
-tf_recipes.reporting (progress, the desync guard's gather, results.json and the final weights) and
-tf_recipes.test_hooks (the faults a test asks for; a normal run has none).
+Every replica divides the *sum* of its per-example losses by the *global* batch, so the gradients summed
+over the replicas (inside `apply_gradients`, or Horovod's `aggregate_gradients`) are exactly the gradient
+of the mean loss over the global batch, as one device computes it. A run ends in one call, `Trainer.finish`.
 """
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_recipes import evaluation as evaluating, export as exporting, reporting, test_hooks
-from tf_recipes.checkpoints import Checkpoints, ResumeError  # noqa: F401 (ResumeError: also imported from here)
-from tf_recipes.cli import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, precision_policy
+from tf_recipes import evaluation as evaluating, export as exporting, reporting
+from tf_recipes.checkpoints import Checkpoints
+from tf_recipes.cli import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RELEASE_THREAD, precision_policy
 from tf_recipes.contract import ClusterError, TargetMissed, UserError
 from tf_recipes.data import DataError, steps_per_epoch
-from tf_recipes.launchers import Launcher, replica_copies, weights_fingerprint  # noqa: F401 (weights_fingerprint: too)
-from tf_recipes.reporting import disk_full_is_one_line, log, replica_state, scales_loss  # noqa: F401 (disk_full_...: too)
-from tf_recipes.results import write_json
+from tf_recipes.launchers import Launcher
+from tf_recipes.reporting import log, replica_state, scales_loss, write_json
 from tf_recipes.stopping import StopFlag, peer_error_summary
 
 
@@ -44,8 +39,7 @@ class Task:
     loss_fn: Callable  # (y_true, y_pred) -> per-example loss, shape [batch]
     metric_sums: Callable = lambda y_true, y_pred: {}  # -> {name: sum over the batch}
     summarize: Callable = lambda sums: {}  # {name: total} (with "examples") -> {metric: value}
-    # Evaluation only: the sums that `summarize` turns into the best constant prediction's figure on
-    # the held-out set (the baseline a metric means something against)
+    # Evaluation only: the sums `summarize` turns into the best constant prediction's figure (the baseline)
     baseline_sums: Callable = lambda y_true, y_pred: {}
 
 
@@ -69,20 +63,16 @@ def classification_task() -> Task:
 
 
 def configure_precision(amp: str | None) -> str:
-    """--amp [DTYPE]: set and return Keras's dtype policy. A bare --amp is mixed_float16 on a GPU
-    (tensor cores; the Trainer adds loss scaling) and mixed_bfloat16 on the CPU (no loss scaling
-    needed); --amp float16 gives the GPU's loss-scaled path on the CPU too (tf_recipes.cli.precision_policy)."""
+    """--amp [DTYPE]: set and return Keras's dtype policy (tf_recipes.cli.precision_policy: a bare --amp is
+    float16 with loss scaling on a GPU, bfloat16 on the CPU)."""
     policy = precision_policy(amp, gpu=bool(tf.config.list_physical_devices("GPU")))
     keras.mixed_precision.set_global_policy(policy)
     return policy
 
 
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear ramp from the base rate to `scale` x base over `warmup_steps`, then constant.
-
-    Scaling the rate with the number of replicas keeps the per-example step size when the global
-    batch grows with them; the warm-up avoids the unstable first steps at a large rate.
-    """
+    """Linear from the base rate to `scale` x base over `warmup_steps`, then constant (--scale-lr: the
+    per-example step size kept as the global batch grows with the replicas)."""
 
     def __init__(self, base_rate: float, scale: float, warmup_steps: int):
         self.base_rate, self.scale, self.warmup_steps = base_rate, scale, warmup_steps
@@ -116,10 +106,8 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 def learning_rate(base_rate: float, launcher: Launcher, scale_lr: bool, warmup_steps: int,
                   schedule: str = "constant", total_steps: int = 0):
-    """The optimizer's learning rate (--lr-schedule). constant: `base_rate`, or under --scale-lr with
-    several replicas a WarmupSchedule from it up to base_rate x replicas. cosine: a
-    WarmupCosineSchedule to a peak of `base_rate` (times the replicas under --scale-lr) over the
-    run's `total_steps`."""
+    """The optimizer's rate (--lr-schedule): `base_rate`, a WarmupSchedule up to it times the replicas
+    (--scale-lr), or a WarmupCosineSchedule over `total_steps` to that peak (cosine)."""
     # Distributed: learning rate scaled by replicas
     scale = float(launcher.num_replicas) if scale_lr else 1.0
     if schedule == "cosine":
@@ -131,9 +119,8 @@ def learning_rate(base_rate: float, launcher: Launcher, scale_lr: bool, warmup_s
 
 def loop_end(step: int, total_steps: int, steps_per_loop: int, every: tuple[int, ...] = (),
              boundaries: tuple[int, ...] = ()) -> int:
-    """The last step of the compiled call that follows `step`: at most `steps_per_loop` steps on, and
-    never past a step whose outputs the host needs: a multiple of any of `every` (--log-every, the
-    checkpoint interval), a step of `boundaries` still ahead (--profile START:END), the last step."""
+    """The last step of the compiled call after `step`: at most `steps_per_loop` on, never past a multiple of
+    any of `every` (--log-every, the checkpoints), a step of `boundaries` ahead (--profile) or the last."""
     end = min(step + steps_per_loop, total_steps)
     for interval in every:
         end = min(end, (step // interval + 1) * interval)
@@ -158,44 +145,23 @@ def summed_over_processes(launcher: Launcher, totals: dict) -> dict:
 
 
 def release_in_background(holder: list) -> None:
-    """Drop the training iterator, `holder`'s only item and its only reference, on a helper thread.
-
-    Deleting a distributed iterator whose input is still prefetching can block the deleting thread for
-    seconds: on the main thread, between the evaluation that reached --target and the end of the
-    process, that was 1 to 31 s under MirroredStrategy and MultiWorkerMirroredStrategy on 2 CPU devices
-    (TF 2.17.1, measured). Here the main thread goes on at once with the checkpoint, the results and the
-    export; under MirroredStrategy the iterator then goes within milliseconds. Under
-    MultiWorkerMirroredStrategy it can still take up to about 30 s, which the process waits for at its
-    exit: the thread is not a daemon, since a deletion that returned into a finalising interpreter
-    aborted the process (status 134)."""
-    threading.Thread(target=holder.clear, name="release-train-iterator").start()
+    """Drop the training iterator, `holder`'s only item, on a thread: a prefetching distributed iterator's
+    deletion held the end of a run 1 to 31 s (TF 2.17.1). Not a daemon: one returning at exit aborted it."""
+    threading.Thread(target=holder.clear, name=RELEASE_THREAD).start()  # tf_recipes.cli.leave waits a while
 
 
-@dataclass
 class Trainer:
-    launcher: Launcher
-    recipe: str
-    num_examples: int  # training examples in one epoch
-    per_replica_batch: int
-    epochs: int = 1
-    max_steps: int | None = None
-    results_dir: str = "results"
-    resume: bool = False
-    checkpoint_every: int = 0  # steps; 0 = at the end of every epoch
-    log_every: int = 10
-    warmup_steps: int = 5  # steps left out of the throughput figures
-    xla: bool = False
-    profile_steps: tuple[int, int] | None = None  # TensorBoard profiler trace of steps START..END
-    steps_per_loop: int = 1  # training steps per compiled call; the host reads outputs only between calls
-    seed: int | None = None  # the data-order seed; a resume must use the same one
-    loss_scale_initial: float = LOSS_SCALE_INITIAL  # float16 (mixed_float16) only: the first loss scale
-    # The faults a test asks for, read from the environment once, here (common/test_hooks.py); none in a normal run.
-    faults: test_hooks.Faults = field(default_factory=test_hooks.faults)
-    export: bool = True  # the run ends with an export (--no-export: False); its folder is checked first
-    eval_every: int | None = None  # steps between evaluations of the held-out set (None: a handful; 0: the end only)
-    target: evaluating.Target | None = None  # --target: the run ends at the first evaluation that reaches it
+    """The loop of one run of `recipe` over `num_examples` training examples an epoch, configured by `args`,
+    the shared flags (tf_recipes.cli.training_parser's; results in --results-dir, else results/RECIPE)."""
 
-    def __post_init__(self):
+    def __init__(self, launcher: Launcher, recipe: str, args, num_examples: int):
+        self.launcher, self.recipe, self.num_examples = launcher, recipe, num_examples
+        self.per_replica_batch, self.epochs, self.max_steps = args.batch_size, args.epochs, args.max_steps
+        self.results_dir, self.resume = args.results_dir or os.path.join("results", recipe), args.resume
+        self.checkpoint_every, self.log_every, self.profile_steps = args.checkpoint_every, args.log_every, args.profile
+        self.warmup_steps, self.xla, self.steps_per_loop = args.warmup_steps, args.xla, args.steps_per_loop
+        self.seed, self.loss_scale_initial, self.export = args.seed, args.loss_scale_initial, args.export
+        self.eval_every, self.target = args.eval_every, args.target
         self.global_batch = self.per_replica_batch * self.launcher.num_replicas  # Distributed: the global batch
         self.steps_per_epoch = steps_per_epoch(self.num_examples, self.global_batch)
         # A learning-rate schedule spans the epochs: --max-steps and --target only end the run sooner
@@ -222,8 +188,7 @@ class Trainer:
         self.checkpoints.check_resume_target()
         if self.export:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
-        # SIGTERM/SIGUSR1 from here on stop the job after a step, with a checkpoint (tf_recipes.stopping).
-        # The launcher exists already, so TensorFlow's own SIGTERM handler is not installed over ours.
+        # SIGTERM/SIGUSR1 stop the job after a step, with a checkpoint; installed after the launcher's own.
         self.stop_flag = StopFlag().install()
         self.report = reporting.RunReport(self.launcher, self.results_dir, self.global_batch, self.total_steps,
                                           self.steps_per_epoch, self.log_every, self.profile_steps)
@@ -231,13 +196,11 @@ class Trainer:
         self.loss_scaling = None  # float16: what fit found out about the loss scale (results.json)
 
     def run_identity(self) -> dict:
-        """What decides the data order and the per-replica state: a resumed run must match it. The
-        precision decides the arithmetic, and float16's loss scale is part of the optimizer state."""
+        """What decides the data order, the arithmetic and the per-replica state: a resumed run must match it."""
         return {"recipe": self.recipe, "global_batch": self.global_batch, "replicas": self.launcher.num_replicas,
                 "per_replica_batch": self.per_replica_batch, "seed": self.seed,
                 "training_examples": self.num_examples, "precision": self.precision}
 
-    # -- set-up ------------------------------------------------------------------------------------
     def setup(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
         """Build the optimizer's state, restore the latest checkpoint (--resume), sync replicas."""
         with self.launcher.scope():  # Strategy: optimizer state on every replica
@@ -249,20 +212,17 @@ class Trainer:
         self.checkpoints.track(model, optimizer, self.step)
         self.start_step = self.checkpoints.restore()
         if self.start_step:  # the curve goes on from the restored step, and so does the time to target
-            lost = self.curve.restore(self.start_step, evaluating.read_json)
+            lost = self.curve.restore(self.start_step)
             if lost:
                 log(self.launcher, lost)
         self.launcher.prepare(model, optimizer)  # Distributed: every replica starts from one state
 
-    # -- training ----------------------------------------------------------------------------------
     def _build_train_step(self, task: Task):
         model, optimizer, launcher = self.model, self.optimizer, self.launcher
         variables = model.trainable_variables
         global_batch = float(self.global_batch)
-        overflow_fault = self.faults.overflow  # a test hook: TF_RECIPES_FAULT_OVERFLOW=R:STEP
 
-        # XLA, when asked, compiles one replica's forward and backward pass; the gradient
-        # aggregation stays outside it, where the strategies and Horovod insert their collectives.
+        # XLA compiles one replica's forward and backward pass; the collectives stay outside it.
         @tf.function(jit_compile=True if self.xla else None)
         def forward_backward(x, y):
             with tf.GradientTape() as tape:
@@ -276,18 +236,14 @@ class Trainer:
             return loss, gradients, sums
 
         drifting = replica_state(model)[1]
-        # float16 loss scaling skips a step whose gradients overflowed. Horovod sums the gradients
-        # before apply_gradients, so every rank sees the same inf or nan; the strategies sum them inside
-        # it, after the LossScaleOptimizer has looked at each replica's own (with merge_call, the first
-        # replica of each process decides for its process), so there the replicas decide together.
+        # float16 skips a step whose gradients overflowed. Horovod's ranks see the summed gradients; under
+        # the strategies each process's first replica would decide alone, so the replicas decide together.
         # Strategy: replicas skip an overflowed step together
         skip_together = (scales_loss(optimizer) and launcher.num_replicas > 1
                          and launcher.traits["collective"] == "strategy")
 
-        def replica_step(x, y, stop, step):
+        def replica_step(x, y, stop):
             loss, gradients, sums = forward_backward(x, y)
-            if overflow_fault:
-                gradients = test_hooks.overflow_gradients(gradients, step, launcher.replica_id(), overflow_fault)
             # Horovod sums the gradients here; the strategies inside apply_gradients.
             gradients = launcher.aggregate_gradients(gradients)  # Distributed: gradients summed over replicas
             if skip_together:
@@ -298,27 +254,22 @@ class Trainer:
             means = launcher.mean_over_replicas([tf.identity(v.value) for v in drifting])  # tensors, not variables
             for variable, mean in zip(drifting, means, strict=True):
                 variable.assign(mean)  # Distributed: every replica keeps the mean statistics
-            # The stop flag travels with the outputs: summed over replicas, every process sees the
-            # same total, so all of them stop after the same step.
+            # The stop flag is summed over replicas with the outputs, so every process stops after one step.
             return {"loss": loss, **sums, "stop": tf.identity(stop)}  # Distributed: stop flag all-reduced
 
-        # Several steps per call (--steps-per-loop): the host neither waits for nor reads the
-        # steps in between, which saves a round-trip per step. Only the last step's outputs are
-        # summed over the replicas and returned; the stop flag travels with them.
+        # --steps-per-loop steps per call: only the last step's outputs (and the stop flag) are returned.
         @tf.function
-        def train_loop(iterator, first, steps, stop):
-            for i in tf.range(steps - 1):
+        def train_loop(iterator, steps, stop):
+            for _ in tf.range(steps - 1):
                 # Distributed: no output collective between steps
-                launcher.run(lambda x, y: replica_step(x, y, stop, first + i),  # noqa: B023 (run at once)
-                             next(iterator), reduce=False)
+                launcher.run(lambda x, y: replica_step(x, y, stop), next(iterator), reduce=False)
             # Distributed: last step's outputs summed over replicas
-            return launcher.run(lambda x, y: replica_step(x, y, stop, first + steps - 1), next(iterator))
+            return launcher.run(lambda x, y: replica_step(x, y, stop), next(iterator))
 
         return train_loop
 
     def _overflow_anywhere_is_overflow_everywhere(self, gradients):
-        """In a replica's step: the gradients, or nan on every replica when any replica's overflowed
-        (one scalar all-reduce), so that every replica's LossScaleOptimizer skips the step alike."""
+        """In a replica's step: the gradients, or nan on every replica when any replica's overflowed."""
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in gradients if g is not None])
         # Strategy: overflow all-reduce of loss scaling
         overflowed = self.launcher.mean_over_replicas([1.0 - tf.cast(finite, tf.float32)])[0] > 0
@@ -329,22 +280,15 @@ class Trainer:
             explain_eval_error: Callable[[], str | None] | None = None) -> None:
         """Train from `start_step` to `total_steps`, then check that every replica agrees.
 
-        `explain_input_error(step)`, when given, is asked to name the file or value behind a data
-        error (a failed decode, a label out of range) in the batch of `step`; its answer becomes a
-        one-line DataError instead of TensorFlow's traceback.
-
-        `evaluation()`, when given, returns this process's share of the held-out set (as `evaluate`
-        takes it): it is evaluated every `eval_interval` steps, and once more by `evaluate()` at the
-        end; with a `target`, training ends at the first evaluation that reaches it.
-        `explain_eval_error()` names the file behind a failed read of it, as `evaluate` does.
-        """
+        `explain_input_error(step)` names the file or value behind a data error in the batch of `step`
+        (a one-line DataError instead of a traceback). `evaluation()` returns this process's share of the
+        held-out set, evaluated every `eval_interval` steps (training ends at the first evaluation that
+        reaches `target`); `explain_eval_error()` names the file behind a failed read of it."""
         launcher = self.launcher
         log(launcher, f"{self.recipe}: launcher {launcher.name}, {launcher.num_workers} process(es), "
                       f"{launcher.num_replicas} replica(s), global batch {self.global_batch} "
                       f"({self.per_replica_batch} per replica), steps {self.start_step}..{self.total_steps} "
                       f"({self.steps_per_epoch} per epoch)")
-        test_hooks.check_overflow_fault(self.faults.overflow, scales_loss(self.optimizer), self.precision,
-                                        launcher.num_replicas)
         train_loop = self._build_train_step(task)
         checkpoint_every = self.checkpoint_every or self.steps_per_epoch
         eval_every = self._start_evaluation(task, evaluation, explain_eval_error)
@@ -359,7 +303,6 @@ class Trainer:
             if self.profile_steps:
                 self.report.profile(first, before=True)
             outputs = self._run_steps(train_loop, inputs[0], first, step, explain_input_error)
-            test_hooks.slow_down(self.faults.slow_step, step - first + 1)
             now = time.perf_counter()
             self.step_times += [(now - last) / (step - first + 1)] * (step - first + 1)
             stop = outputs.pop("stop") > 0  # Distributed: a stop on any process stops every process
@@ -389,7 +332,7 @@ class Trainer:
         """Steps `first`..`last` in one call; the last one's outputs summed over replicas, as float64."""
         stop = tf.constant(1.0 if self.stop_flag.requested else 0.0)
         try:
-            outputs = train_loop(iterator, tf.constant(first), tf.constant(last - first + 1), stop)
+            outputs = train_loop(iterator, tf.constant(last - first + 1), stop)
             return {key: np.asarray(value.numpy(), np.float64) for key, value in outputs.items()}
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
             for step in range(first, last + 1) if explain_input_error else ():
@@ -404,11 +347,8 @@ class Trainer:
                 "Continue from the last checkpoint with --resume") from None
 
     def _check_replicas_agree(self) -> None:
-        """The end of fit: every replica's weights, batch-norm statistics and loss scale must be
-        bit-identical (DesyncError otherwise); their fingerprints and loss scales go to results.json."""
+        """The end of fit: every replica's weights, statistics and loss scale bit-identical, or DesyncError."""
         trainable, drifting = replica_state(self.model)
-        if self.faults.desync_replica is not None:  # a test hook: TF_RECIPES_FAULT_DESYNC_REPLICA=R
-            test_hooks.desync_replica(replica_copies(trainable[0]), self.launcher, self.faults.desync_replica)
         # Distributed: the loss scales must agree
         self.loss_scaling = reporting.gather_loss_scaling(self.launcher, self.optimizer, int(self.step.numpy()))
         # Distributed: the weights must agree (the desync guard)
@@ -447,18 +387,11 @@ class Trainer:
                            "after the start; training ends here")
         return True
 
-    # -- evaluation and results --------------------------------------------------------------------
     def evaluate(self, dataset=None, task: Task | None = None,
                  explain_input_error: Callable[[], str | None] | None = None) -> dict:
-        """Loss and metrics over an evaluation set shared by every process of the job, at the step
-        training ended: the last point of the curve.
-
-        Each process passes the dataset of its own share (`launcher.eval_share(num_examples)`); the
-        loss and metric sums are added up over the processes, so every example counts exactly once
-        and every process returns the whole set's figures. Every process must call it. Without
-        `dataset`, the held-out set given to fit, which is not evaluated twice at one step (a run that
-        ended at its target evaluated it there).
-        """
+        """Loss and metrics over an evaluation set at the step training ended (the curve's last point).
+        Every process calls it with its own share (`launcher.eval_share`); the sums are added over the
+        processes. Without `dataset`, fit's held-out set, not evaluated twice at one step."""
         step = int(self.step.numpy())
         if dataset is None:
             if self._evaluated and self._evaluated[0] == step:
@@ -508,17 +441,18 @@ class Trainer:
                            + "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()))
         return metrics
 
-    def check_target(self) -> None:
-        """The end of a run with --target: TargetMissed (one line, a non-zero exit) when no evaluation
-        reached it. results.json, the checkpoint and the export are written first: the run is kept."""
+    def finish(self, results: dict, build: Callable[[], keras.Model], **export_spec) -> None:
+        """The end of every run, on every process: results.json (`results`: the recipe's fields, its
+        final_metrics above all) and the final weights, the export into a copy made by `build()` (unless
+        --no-export; `export_spec`: tf_recipes.export.write_export's), then TargetMissed (exit 13) when no
+        evaluation reached --target."""
+        reporting.save_results(self, results)
+        if self.export:
+            exporting.export_model(self.launcher, self.results_dir, self.model, build, recipe=self.recipe,
+                                   **export_spec)
         if self.target and self.curve.target_reached is None:
             last = self.curve.points[-1] if self.curve.points else {}
             raise TargetMissed(f"--target {self.target} was not reached in {self.total_steps} steps (the last "
                                f"evaluation's {self.target.metric}: {last.get(self.target.metric, float('nan')):.4f}); "
                                "train longer (--epochs) or lower the target; results are in "
                                f"{self.results_dir}")
-
-    def save_results(self, extra: dict | None = None) -> str | None:
-        """results.json and the final weights, written by the chief; every process calls it and
-        returns only once the chief has written them, so the job's processes end together."""
-        return reporting.save_results(self, extra)

@@ -1,0 +1,157 @@
+"""The trained model as a SavedModel for TF Serving and predict.py: at the end of every run the chief adds
+version N to RESULTS/export, a TF Serving model base (layout: docs/using.md). A version is written into
+.partial-XXXXXXXX/ beside PARTIAL_MARKER, fsynced and renamed, so it appears whole or not at all. Its
+signature takes encoded image files and decodes, resizes and normalises them in the graph.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+from tf_recipes.atomic import fsync_directory, fsync_tree, write_atomically
+from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
+                                 UserError, class_name_problem)
+from tf_recipes.data import DataError
+
+CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
+SAVED_MODEL_FILE = "saved_model.pb"  # RESULTS/export/N/saved_model.pb: what makes N a version
+EXTRA_DIR = "assets.extra"  # RESULTS/export/N/assets.extra: labels.txt, model.json, classes.json
+VERSION_NAME = re.compile(r"[0-9]+")  # the names TF Serving reads as versions
+PARTIAL_PREFIX = ".partial-"  # RESULTS/export/.partial-XXXXXXXX: a version being written
+PARTIAL_MARKER = ".tf-recipes-export"  # in such a folder: tf_recipes.export made it; a later export deletes it
+
+
+class ExportError(UserError):
+    """RESULTS/export cannot take a new version: one line, exit 2."""
+
+
+def decode_images(encoded, image_size, channels, antialias=False):
+    """Encoded image files [N] -> uint8 [N, H, W, channels], resized (bilinear) as the recipes' pipelines do."""
+    def decode(data):
+        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        image = tf.image.resize(image, image_size, antialias=antialias)
+        return tf.cast(tf.round(image), tf.uint8)
+
+    return tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec((*image_size, channels), tf.uint8))
+
+
+def check_class_names(class_names) -> None:
+    """A DataError for a name that cannot be one line of labels.txt (one would shift every label after it)."""
+    for name in class_names:
+        if class_name_problem(name):
+            raise DataError(f"class name {name!r} {class_name_problem(name)}, so it cannot be a line of "
+                            f"{EXPORT_LABELS_FILE}; rename the class")
+
+
+def write_export(folder, model, *, recipe, task, class_names, image_size, channels, to_model, palette=None,
+                 output_size=None, antialias=False):
+    """Write one version into the new `folder`: the SavedModel and, in assets.extra/, what describes it."""
+    check_class_names(class_names)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXPORT_INPUT)])
+    def serve(images):
+        probabilities = tf.cast(model(to_model(decode_images(images, tuple(image_size), channels, antialias)),
+                                      training=False), tf.float32)
+        if task == SEGMENTATION and output_size and tuple(output_size) != tuple(image_size):
+            probabilities = tf.image.resize(probabilities, output_size)
+        if task == CLASSIFICATION:
+            return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
+        return {"class_ids": tf.argmax(probabilities, axis=-1, output_type=tf.int32), "probabilities": probabilities}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", serve)  # "serve" is also written as the serving_default signature
+    archive.write_out(folder, verbose=False)
+    extra = os.path.join(folder, EXTRA_DIR)
+    os.makedirs(extra)
+    write_atomically(os.path.join(extra, EXPORT_LABELS_FILE), "".join(f"{name}\n" for name in class_names))
+    outputs = ["probabilities", "class_id"] if task == CLASSIFICATION else ["class_ids", "probabilities"]
+    info = {"recipe": recipe, "task": task, "image_size": list(image_size), "channels": channels,
+            "input": EXPORT_INPUT, "outputs": outputs}
+    if task == SEGMENTATION:  # the size of class_ids and probabilities, and every class's colour
+        info["output_size"] = list(output_size or image_size)
+        classes = [{"id": i, "name": name, "colour": list(colour)}
+                   for i, (name, colour) in enumerate(zip(class_names, palette, strict=True))]
+        write_atomically(os.path.join(extra, EXPORT_CLASSES_FILE), json.dumps(classes, indent=1))
+    write_atomically(os.path.join(extra, EXPORT_INFO_FILE), json.dumps(info, indent=1))
+
+
+def versions(base: str) -> list[str]:
+    """The version folders (integer names holding a saved_model.pb) of the model base `base`, oldest first."""
+    try:
+        names = os.listdir(base)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted((name for name in names if VERSION_NAME.fullmatch(name)
+                   and os.path.isfile(os.path.join(base, name, SAVED_MODEL_FILE))), key=int)
+
+
+def next_version(results_dir: str) -> int:
+    """The number of the version a run adds to RESULTS/export; an ExportError for what a server cannot take."""
+    base = os.path.join(results_dir, EXPORT_DIR)
+    if os.path.lexists(base) and not os.path.isdir(base):
+        raise ExportError(f"{base} is not a folder, and the exported model's versions go into that folder as "
+                          f"{base}/1, 2, ...: move it away, choose another --results-dir, or pass --no-export")
+    found = versions(base)
+    for name in sorted(os.listdir(base) if os.path.isdir(base) else []):
+        if VERSION_NAME.fullmatch(name) and name not in found:
+            path = os.path.join(base, name)
+            kind = "a folder without saved_model.pb" if os.path.isdir(path) else "not a folder"
+            raise ExportError(f"{path} is named like a model version but is {kind}, and TF Serving would try to "
+                              f"load it: move it out of {base} (or delete it), or choose another --results-dir")
+    return max((int(name) for name in found), default=0) + 1
+
+
+def publish(results_dir, write) -> str:
+    """Run write(temporary folder) inside RESULTS/export, then make that folder, durably, the next version."""
+    base = os.path.join(results_dir, EXPORT_DIR)
+    next_version(results_dir)  # refuse before writing anything
+    if not os.path.isdir(base):
+        os.makedirs(base)
+        fsync_directory(results_dir)
+    for name in sorted(os.listdir(base)):  # what an export killed before its rename left, marked as its own
+        path = os.path.join(base, name)
+        if name.startswith(PARTIAL_PREFIX) and not os.path.islink(path) \
+                and os.path.isfile(os.path.join(path, PARTIAL_MARKER)):
+            shutil.rmtree(path, ignore_errors=True)
+    partial = tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=base)
+    write_atomically(os.path.join(partial, PARTIAL_MARKER),
+                     "written by tf_recipes.export: a version being written; a later export deletes this folder\n")
+    folder = os.path.join(partial, "version")  # renamed to RESULTS/export/N when whole
+    try:
+        write(folder)
+        fsync_tree(folder)
+        final = os.path.join(base, str(next_version(results_dir)))  # counted again: the folder may have changed
+        os.rename(folder, final)  # no folder N exists: next_version has checked every integer name
+        fsync_directory(base)
+    finally:  # a write that failed leaves nothing; one killed leaves the marked folder for the next export
+        shutil.rmtree(partial, ignore_errors=True)
+    return final
+
+
+def export_model(launcher, results_dir, model, build, **spec) -> str | None:
+    """On every process: the chief exports `model`'s weights in `build()`'s copy (outside any strategy)."""
+    check_class_names(spec["class_names"])  # on every process, so that none waits for a chief that stopped
+    refusal = None
+    if launcher.is_chief:  # Distributed: the chief's RESULTS/export decides, and every process learns of a refusal
+        try:
+            next_version(results_dir)
+        except ExportError as error:
+            refusal = error
+    if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
+        raise refusal or ExportError(f"the chief refused to write the export into {results_dir} (its error line "
+                                     "says why)")
+    final = None
+    if launcher.is_chief:  # Distributed: only the chief writes the export
+        plain = build()
+        plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
+        final = publish(results_dir, lambda folder: write_export(folder, plain, **spec))
+        print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded images)", flush=True)
+    launcher.barrier()
+    return final

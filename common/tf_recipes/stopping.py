@@ -1,0 +1,50 @@
+"""Stopping a job cleanly on SIGTERM or SIGUSR1 (a scheduler's stop or early warning): a training process
+raises a flag that the loop all-reduces with a step's outputs, so every process stops after the same step
+with a checkpoint and exits with EXIT_STOPPED. Passing the signals on to child processes is
+tf_recipes.spawn's."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+
+from tf_recipes.contract import STOPPED_FILE
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def stopped_marker(results_dir: str) -> str:
+    """The file the chief writes when the job stopped on a signal: {"step", "total_steps", "signal"}."""
+    return os.path.join(results_dir, STOPPED_FILE)
+
+
+def peer_error_summary(error: Exception) -> str:
+    """The line of a collective's error that says what happened to the peer (not "Graph execution error:")."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    # Distributed: the line that names the lost peer
+    telling = [line for line in lines
+               if re.search(r"heartbeat|shut down|task:\d+|[Cc]onnection|[Ss]ocket|Timed out", line)]
+    return (telling or lines or [type(error).__name__])[0][:200]
+
+
+class StopFlag:
+    """Records the first SIGTERM/SIGUSR1 this process receives; the training loop polls it. Install it after
+    a MultiWorkerMirroredStrategy exists, which replaces any SIGTERM handler installed before."""
+
+    signal_name: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def install(self) -> "StopFlag":
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal_name is None:
+            self.signal_name = signal.Signals(signum).name
+            print(f"{self.signal_name} received: stopping after the current step, with a checkpoint",
+                  file=sys.stderr, flush=True)
