@@ -202,8 +202,9 @@ def readme(name: str, source: str, title: str, labels: list[tuple[str, str]] = (
 ## Overview
 
 Started from [`{source}`]({origin}){what} with `invoke new {name} --from {source}`.
-Its `train.py` is that recipe's, renamed; edit its data and model sections to make it yours, and
-keep the launcher lines as they are: they are what makes it run the same under every launcher.
+Its `train.py` and modules are that recipe's, renamed; edit where it reads its data (its data module and
+the data section of `train.py`) and its model to make it yours, and keep the launcher lines as they
+are: they are what makes it run the same under every launcher.
 
 ## Feature matrix
 
@@ -225,8 +226,8 @@ The `launch/` folder holds its SLURM scripts and Kubernetes manifests, rendered 
 
 ## Your own data
 
-What `{source}` reads is in [its README]({origin}#your-own-data); the data section of `train.py`
-(`# ## Data`) is where this recipe reads its own.
+What `{source}` reads is in [its README]({origin}#your-own-data); this recipe's data module (`data.py` or
+`input_pipeline.py`) and the data section of `train.py` are where it reads its own.
 
 ## Flags
 
@@ -380,7 +381,7 @@ def next_steps(name: str, source: str, entry: str | None, added: bool) -> list[s
     """What to do after `invoke new`, as lines to print."""
     steps = [f"created recipes/{name} from recipes/{source}, with its launch/ folder rendered for {name}", "",
              "next steps:",
-             f"  1. edit recipes/{name}/train.py: its data and model sections",
+             f"  1. edit recipes/{name}: its data module (data.py or input_pipeline.py) and train.py's model",
              f"  2. try it:  invoke run {name} --gpus 0 --runtime local -- --max-steps 20",
              f"  3. its image:  invoke build {name} --base cpu"]
     if added:

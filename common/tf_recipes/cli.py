@@ -204,7 +204,7 @@ _STATUSES = (((contract.UserError, FileExistsError, FileNotFoundError, FloatingP
              (contract.ClusterError, contract.EXIT_CLUSTER))
 
 
-RELEASE_THREAD, RELEASE_WAIT = "release-train-iterator", 5.0  # tf_recipes.training.release_in_background
+RELEASE_THREAD, RELEASE_WAIT = "release-train-iterator", 1.0  # tf_recipes.training.release_in_background
 
 
 def leave(status: int) -> None:

@@ -5,12 +5,14 @@ warm-up, the evaluation sums, the weights' fingerprint, the SLURM variables' che
 here."""
 import errno
 import os
+import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import run_python
 from tf_recipes import checkpoints, contract, evaluation, launchers, reporting, training
 
 # -- where a compiled call ends ----------------------------------------------------------------------
@@ -77,6 +79,28 @@ def test_the_training_iterator_is_released_off_the_main_thread_and_nothing_else_
     training.release_in_background(holder)
     assert released.wait(10) and released.name == "release-train-iterator"
     assert holder == []
+
+
+LEAVING = """
+import sys, threading, time
+from tf_recipes import cli, contract
+threading.Thread(target=time.sleep, args=(float(sys.argv[1]),), name=cli.RELEASE_THREAD).start()
+def main():
+    print("written", flush=True)
+    if sys.argv[2] == "missed":
+        raise contract.TargetMissed("--target accuracy>=0.99 was not reached")
+cli.run_main(main)
+"""
+
+
+@pytest.mark.parametrize("release_seconds, outcome, status", [(0.1, "done", 0), (60, "done", 0), (60, "missed", 13)])
+def test_a_run_leaves_with_its_status_without_waiting_long_for_the_iterators_release(release_seconds, outcome,
+                                                                                      status):
+    started = time.monotonic()
+    process = run_python("-c", LEAVING, str(release_seconds), outcome, timeout=60)
+    assert process.returncode == status and process.stdout == "written\n", process.stderr
+    assert ("error: --target" in process.stderr) == (outcome == "missed")
+    assert time.monotonic() - started < 20  # the release left behind after cli.RELEASE_WAIT, not waited for
 
 
 def test_evaluation_sums_travel_in_one_collective_and_keep_their_shapes():
