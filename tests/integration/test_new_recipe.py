@@ -170,9 +170,9 @@ def test_the_readme_journey_runs_as_written(journey):
         rows = list(csv.DictReader(handle))
 
     # The in-memory model: the new recipe's own model and loader, and the run's final weights.
-    train = load_train_module(root / "recipes" / NAME / "train.py")
+    train, loader = (load_recipe_module(root / "recipes" / NAME, name) for name in ("train", "data"))
     data = root / run[run.index("--data-dir") + 1]
-    _, _, images, _, class_names = train.load_image_folder(str(data), None, 0)
+    _, _, images, _, class_names = loader.load_image_folder(str(data), None, 0)
     assert class_names == sorted(CLASSES) and read_results(results)["classes"] == class_names
     model = train.build_model(num_classes=len(class_names))
     model.load_weights(results / "final.weights.h5")
@@ -187,10 +187,20 @@ def test_the_readme_journey_runs_as_written(journey):
         assert abs(float(row["probability"]) - float(np.max(expected))) < 1e-5, path
 
 
-def load_train_module(path):
-    spec = importlib.util.spec_from_file_location("my_cnn_train", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def load_recipe_module(folder, name):
+    """The new recipe's module `name`, with its folder on sys.path while it loads (for its own imports,
+    such as train.py's `import data`); sys.path and the modules loaded from the folder are left as before."""
+    saved_path, saved_modules = list(sys.path), set(sys.modules)
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(f"my_cnn_{name}", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved_path
+        for key in set(sys.modules) - saved_modules:
+            if str(folder) in str(getattr(sys.modules[key], "__file__", "")):
+                del sys.modules[key]
     return module
 
 
