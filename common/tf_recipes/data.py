@@ -27,23 +27,27 @@ class DataError(UserError, ValueError):
     """Bad or missing data, with a message that says what to do."""
 
 
-def can_download(host: str, timeout_s: float = 5.0) -> bool:
-    """Whether `host` answers on 443 within a few seconds (or a proxy is configured): downloaders retry
-    for minutes offline; asking first gives a clear error at once."""
-    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    try:
-        socket.create_connection((host, 443), timeout=timeout_s).close()
-        return True
-    except OSError:
-        return False
-
-
 def cannot_download(timeout_s: float = 5.0) -> str | None:
     """"HOST cannot be reached" when a download cannot start (no proxy, and storage.googleapis.com, or
-    TF_RECIPES_DOWNLOAD_HOST's mirror, does not answer), else None."""
+    TF_RECIPES_DOWNLOAD_HOST's mirror, does not answer on 443 at once: downloaders retry for minutes), else None."""
     host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")
-    return None if can_download(host, timeout_s) else f"{host} cannot be reached"
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+    except OSError:
+        return f"{host} cannot be reached"
+
+
+def download_tfds(builder, missing: str, size: str = "") -> None:
+    """Downloads and prepares a TFDS builder, or raises DataError(missing) with its {} saying why it cannot."""
+    offline = cannot_download()
+    if offline:
+        raise DataError(missing.format(f"{offline} to download it{size}"))
+    try:
+        builder.download_and_prepare()
+    except Exception as error:  # network or proxy failure halfway, a corrupt partial download
+        raise DataError(missing.format(f"the download failed ({type(error).__name__}: {error})")) from None
 
 
 def error_reason(error: BaseException, limit: int = 300) -> str:
@@ -82,17 +86,15 @@ class InputShard:
         if not 0 <= self.pipeline_id < self.num_pipelines:
             raise ValueError(f"pipeline_id {self.pipeline_id} outside 0..{self.num_pipelines - 1}")
         if self.global_batch % self.num_pipelines:  # Distributed: whole slices for every pipeline
-            raise ValueError(
-                f"global batch {self.global_batch} does not divide over {self.num_pipelines} pipelines")
+            raise ValueError(f"global batch {self.global_batch} does not divide over {self.num_pipelines} pipelines")
 
 
 def steps_per_epoch(num_examples: int, global_batch: int) -> int:
     """Whole global batches in one pass over the data; the remainder is left out of that epoch."""
     steps = num_examples // global_batch
     if steps == 0:
-        raise DataError(
-            f"{num_examples} examples do not fill one global batch of {global_batch}; "
-            "lower --batch-size or use fewer replicas")
+        raise DataError(f"{num_examples} examples do not fill one global batch of {global_batch}; "
+                        "lower --batch-size or use fewer replicas")
     return steps
 
 

@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from tf_recipes.atomic import replace_durably
 from tf_recipes.contract import DiskFullError
-from tf_recipes.data import DataError, InputShard, cannot_download, check_labels, error_reason, sharded_order
+from tf_recipes.data import DataError, InputShard, check_labels, download_tfds, error_reason, sharded_order
 from tf_recipes.image_folder import VAL, ImageFolder, unreadable
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -69,13 +69,7 @@ def cassava_builder(data_dir: str | None, allow_download: bool = True):
     missing = f"TFDS cassava is not prepared in {builder.data_dir} and {{}}; {PREPARE_HINT}"
     if not allow_download:  # Distributed: a job of several processes never downloads
         raise DataError(missing.format("a job of several processes does not download it (each would)"))
-    offline = cannot_download()
-    if offline:
-        raise DataError(missing.format(f"{offline} to download it (1.3 GB)"))
-    try:
-        builder.download_and_prepare()
-    except Exception as error:  # network or proxy failure halfway, a corrupt partial download
-        raise DataError(missing.format(f"the download failed ({type(error).__name__}: {error})")) from None
+    download_tfds(builder, missing, " (1.3 GB)")
     return builder
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_recipes import export, image_folder, user_paths
-from tf_recipes.data import DataError, cannot_download, check_labels, error_reason, sharded_order
+from tf_recipes.data import DataError, check_labels, download_tfds, error_reason, sharded_order
 
 MNIST_NPZ_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 NUM_CLASSES = 10
@@ -60,14 +60,8 @@ def load_tfds(data_dir):
                f"({MNIST_NPZ_URL}) into a folder and "
                "pass --data-dir FOLDER, prepare TFDS mnist on a machine with internet and pass its "
                "data dir, or use --synthetic")
-    if not os.path.isdir(builder.data_dir):
-        offline = cannot_download()
-        if offline:
-            raise DataError(missing.format(f"{offline} to download it"))
-    try:
-        builder.download_and_prepare()
-    except Exception as error:  # network or proxy failure halfway, a corrupt partial download
-        raise DataError(missing.format(f"the download failed ({type(error).__name__}: {error})")) from None
+    if not builder.is_prepared():
+        download_tfds(builder, missing)
     remedy = (f"delete {builder.data_dir} and prepare TFDS mnist again, or pass --data-dir with the "
               "Keras mnist.npz")
     arrays = {}

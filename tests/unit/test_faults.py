@@ -2,7 +2,8 @@
 from the environment, one line for a bad value, and each striking where it says, through the launcher's
 methods only. The runs that prove each guard answers them: tests/integration/test_desync_guard.py,
 test_precision.py, test_nightly_controls.py, test_stop_docker.py. Also the download host every run asks
-before a download (tf_recipes.data.cannot_download)."""
+before a download (tf_recipes.data.cannot_download), and the one-line error of a TFDS download that cannot
+start or fails (download_tfds)."""
 from types import SimpleNamespace
 
 import keras
@@ -12,7 +13,7 @@ import tensorflow as tf
 
 from helpers import run_python
 from tf_recipes import contract, faults
-from tf_recipes.data import cannot_download
+from tf_recipes.data import DataError, cannot_download, download_tfds
 
 
 def test_the_faults_come_from_the_environment():
@@ -103,3 +104,25 @@ def test_the_download_host_is_read_at_every_call(monkeypatch):
     assert cannot_download(timeout_s=1.0) == "127.0.0.1 cannot be reached"  # nothing listens on 443 here
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     assert cannot_download(timeout_s=1.0) is None  # a proxy is asked to fetch it
+
+
+def test_a_tfds_download_that_cannot_start_or_fails_is_one_data_error(monkeypatch):
+    class Builder:
+        calls = 0
+
+        def download_and_prepare(self):
+            Builder.calls += 1
+            raise ConnectionResetError("peer reset")
+
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TF_RECIPES_DOWNLOAD_HOST", "127.0.0.1")
+    offline = r"^x is not in D and 127\.0\.0\.1 cannot be reached to download it \(1 GB\); do y$"
+    with pytest.raises(DataError, match=offline):
+        download_tfds(Builder(), "x is not in D and {}; do y", " (1 GB)")
+    assert Builder.calls == 0  # never started: no retry loop offline
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    failed = r"^x is not in D and the download failed \(ConnectionResetError: peer reset\); do y$"
+    with pytest.raises(DataError, match=failed):
+        download_tfds(Builder(), "x is not in D and {}; do y")
+    assert Builder.calls == 1
