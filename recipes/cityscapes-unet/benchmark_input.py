@@ -36,7 +36,6 @@ import time
 import tensorflow as tf  # noqa: E402
 
 import data  # noqa: E402
-import labels  # noqa: E402
 import layout  # noqa: E402
 import make_fixture  # noqa: E402
 import prepare_data  # noqa: E402
@@ -48,6 +47,7 @@ from tf_recipes.pipeline_bench import memory_mb, memory_since, ratios_within_rou
 AUTOTUNE = tf.data.AUTOTUNE
 SEED = 0
 SEED_SHUFFLE_BUFFER = 128  # the seed's shuffle(buffer_size=SEED_SHUFFLE_BUFFER)
+SEED_CATEGORIES = 8  # the seed one-hot encodes its 8 categories (void included)
 CHILDREN = ("seed_1", "ours_1", "seed_w0", "ours_w0")  # pipeline _ 1 worker, or worker 0 of 2
 
 
@@ -80,7 +80,7 @@ def raw_decode(files, with_labels: bool) -> tf.data.Dataset:
 def seed_loader(prepared: pathlib.Path, batch: int, num_workers: int = 1, worker: int = 0,
                 cpus: int | None = None) -> tf.data.Dataset:
     """The seed workshop's Horovod loader (its hvd/data_loader.py), step for step, on prepared data
-    (its img/ and gt_cat/ folders are our images/ and categories/: RGB and 8 category ids):
+    (its img/ and gt_cat/ folders are like our images/ and labels/, its maps holding the 8 category ids):
 
       - list the image files (Dataset.list_files: shuffled, unseeded, so every worker lists them in
         its own random order);
@@ -94,7 +94,7 @@ def seed_loader(prepared: pathlib.Path, batch: int, num_workers: int = 1, worker
     calls = max((cpus or os.cpu_count()) // num_workers, 1)  # the seed's value would be 0 with more GPUs than cores
 
     def read_pair(image_file):
-        category_file = tf.strings.regex_replace(image_file, "/images/", "/categories/")
+        category_file = tf.strings.regex_replace(image_file, "/images/", "/labels/")
         return tf.io.read_file(image_file), tf.io.read_file(category_file)
 
     def decode(image, categories):
@@ -104,7 +104,7 @@ def seed_loader(prepared: pathlib.Path, batch: int, num_workers: int = 1, worker
         return tf.cast(image, tf.float32), tf.cast(categories, tf.uint8)
 
     def one_hot(image, categories):
-        return image, tf.one_hot(categories[..., 0], labels.NUM_CATEGORIES)
+        return image, tf.one_hot(categories[..., 0], SEED_CATEGORIES)
 
     files = tf.data.Dataset.list_files(str(prepared / "train" / "images" / "*" / "*.png"))
     pairs = files.map(read_pair).shard(num_workers, worker)  # Distributed: the seed's shard, after every read
@@ -125,7 +125,7 @@ def write_tfrecords(prepared: pathlib.Path, example_ids, out: pathlib.Path, shar
     writers = {kind: [tf.io.TFRecordWriter(str(path) + ".tmp") for path in group] for kind, group in paths.items()}
     for n, example_id in enumerate(example_ids):
         image = layout.prepared_image(prepared, "train", example_id).read_bytes()
-        categories = layout.prepared_categories(prepared, "train", example_id).read_bytes()
+        categories = layout.prepared_labels(prepared, "train", example_id).read_bytes()
         encoded = {"png": (image, categories),
                    "raw": (tf.io.decode_png(image, 3).numpy().tobytes(),
                            tf.io.decode_png(categories, 1).numpy().tobytes())}
@@ -197,7 +197,7 @@ def child_process(prepared: pathlib.Path, name: str, per_replica_batch: int, epo
 
 def seed_memory_needed(height: int, width: int) -> int:
     """Bytes the seed's shuffle buffer holds: float32 image and 8 float32 one-hot channels per example."""
-    return SEED_SHUFFLE_BUFFER * height * width * (3 + labels.NUM_CATEGORIES) * 4
+    return SEED_SHUFFLE_BUFFER * height * width * (3 + SEED_CATEGORIES) * 4
 
 
 # --- The run ---------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def in_process_variants(prepared: pathlib.Path, example_ids, records: dict, per_
     workers = [InputShard(2, w, per_replica_batch, global_batch) for w in range(2)]
     order = sharded_order(len(example_ids), single, total_steps, SEED)
     prepared_files = ([str(layout.prepared_image(prepared, "train", example_ids[i])) for i in order],
-                      [str(layout.prepared_categories(prepared, "train", example_ids[i])) for i in order])
+                      [str(layout.prepared_labels(prepared, "train", example_ids[i])) for i in order])
 
     def ours(shard, **kwargs):
         return data.make_train_dataset(prepared, shard, total_steps, SEED, **kwargs)
@@ -307,7 +307,7 @@ def summarise(prepared: pathlib.Path, example_ids, records: dict, runs: dict, ch
     early, late = job("early"), job("late")
     bytes_per_example = {
         "png_files": sum(layout.prepared_image(prepared, "train", i).stat().st_size
-                         + layout.prepared_categories(prepared, "train", i).stat().st_size
+                         + layout.prepared_labels(prepared, "train", i).stat().st_size
                          for i in example_ids) / pairs,
         "tfrecord_png": sum(path.stat().st_size for path in records["png"]) / pairs,
         "tfrecord_raw": sum(path.stat().st_size for path in records["raw"]) / pairs,

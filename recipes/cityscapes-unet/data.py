@@ -1,4 +1,9 @@
-"""Input pipeline of the Cityscapes UNet: prepared PNGs -> (image, category map) batches.
+"""Input pipeline of the Cityscapes UNet: prepared PNGs -> (image, training label map) batches.
+
+The prepared label maps hold label ids (Cityscapes' or the user's class ids); each is mapped through
+the chosen view's lookup (labels.py: the 19 classes or the 7 categories) as it is decoded, so the rest
+of the pipeline and the model see training indices 0..C-1, and IGNORE (255) where a pixel counts in
+neither the loss nor the metric.
 
 Training order: tf_recipes.data.sharded_order shuffles example *indices* per epoch and deals them to
 the input pipelines before anything is read, so each pipeline reads and decodes only its own share,
@@ -28,7 +33,7 @@ from tf_recipes.contract import class_name_problem
 from tf_recipes.data import DataError, InputShard, error_reason, global_order, pipeline_positions
 
 import layout
-import labels
+from labels import IGNORE
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -39,7 +44,7 @@ def _prepare_hint(data_dir) -> str:
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_RGB, _GRAY = 2, 0  # PNG colour types: prepared images are RGB, category maps 8-bit grayscale
+_RGB, _GRAY = 2, 0  # PNG colour types: prepared images are RGB, label maps 8-bit grayscale
 _INDEXES: dict = {}  # (data dir, split) -> checked index: every process checks each split once
 
 
@@ -89,20 +94,25 @@ def _checked_index(data_dir, split: str) -> dict:
         index = json.loads(path.read_text())
     except ValueError as error:
         raise DataError(f"{path} is not a valid index ({error}); {_prepare_hint(data_dir)}") from None
+    if isinstance(index, dict) and index.get("format") in layout.OLD_INDEX_FORMATS:
+        raise DataError(f"{path} was prepared for the 8 categories by an older prepare_data.py; prepare it again "
+                        f"(it keeps the label ids now): {_prepare_hint(data_dir)}")
     if not isinstance(index, dict) or index.get("format") != layout.INDEX_FORMAT or not index.get("examples"):
         raise DataError(f"{path} is not a {layout.INDEX_FORMAT} index with examples; {_prepare_hint(data_dir)}")
     height, width, examples = index.get("height"), index.get("width"), index["examples"]
-    sizes = index.get("bytes", {})  # written by prepare_data.py since it records file sizes
+    sizes, views = index.get("bytes", {}), index.get("views")
     if (not all(isinstance(side, int) and side > 0 for side in (height, width))
             or not isinstance(examples, list) or not all(isinstance(i, str) for i in examples)
-            or not isinstance(sizes, dict)):
-        raise DataError(f"{path} lacks a valid height, width or list of examples; {_prepare_hint(data_dir)}")
+            or not isinstance(sizes, dict) or not isinstance(views, dict) or not views
+            or not all(isinstance(v, dict) and len(v.get("lookup", ())) == 256 for v in views.values())):
+        raise DataError(f"{path} lacks a valid height, width, list of examples or views of its labels; "
+                        f"{_prepare_hint(data_dir)}")
     problems = []
     for example_id in examples:
-        image_size, categories_size = sizes.get(example_id, (None, None))
+        image_size, labels_size = sizes.get(example_id, (None, None))
         for file, colour_type, size in ((layout.prepared_image(data_dir, split, example_id), _RGB, image_size),
-                                        (layout.prepared_categories(data_dir, split, example_id), _GRAY,
-                                         categories_size)):
+                                        (layout.prepared_labels(data_dir, split, example_id), _GRAY,
+                                         labels_size)):
             problem = _file_problem(file, height, width, colour_type, size)
             if problem:
                 problems.append(f"{file} {problem}")
@@ -113,18 +123,23 @@ def _checked_index(data_dir, split: str) -> dict:
     return index
 
 
-def classes(data_dir) -> tuple[list[str], list]:
-    """The prepared data's class names and their colours (the Cityscapes categories, or the user's
-    classes file for --format pairs), from the train index."""
+def view(data_dir, name: str | None = None) -> dict:
+    """The view `name` of the prepared labels (labels.py; None: the data's default, `classes`): its class
+    names, colours, lookup and, for Cityscapes, the label ids and categories; a DataError naming the views
+    the data has otherwise."""
     index = read_index(data_dir, "train")
-    names = list(index.get("categories") or labels.CATEGORY_NAMES)
-    for name in names:
-        if class_name_problem(name):
-            raise DataError(f"class {name!r} in {layout.index_path(data_dir, 'train')}: the name "
-                            f"{class_name_problem(name)}, and each class name is one line of the export's "
+    name = name or index.get("default_view", "classes")
+    if name not in index["views"]:
+        raise DataError(f"--classes {name}: the data in {data_dir} has the views {', '.join(index['views'])} "
+                        "(categories: Cityscapes data only); choose one of them")
+    chosen = {**index["views"][name], "name": name}
+    for class_name in chosen["names"]:
+        if class_name_problem(class_name):
+            raise DataError(f"class {class_name!r} in {layout.index_path(data_dir, 'train')}: the name "
+                            f"{class_name_problem(class_name)}, and each class name is one line of the export's "
                             "labels.txt; prepare the data again with prepare_data.py")
-    palette = index.get("palette") or labels.CATEGORY_COLOURS
-    return names, [tuple(colour) for colour in palette]
+    chosen["colours"] = [tuple(colour) for colour in chosen["colours"]]
+    return chosen
 
 
 def image_size(data_dir, split: str = "train") -> tuple[int, int]:
@@ -132,15 +147,19 @@ def image_size(data_dir, split: str = "train") -> tuple[int, int]:
     return index["height"], index["width"]
 
 
-def _num_classes(index: dict) -> int:
-    return len(index.get("categories") or labels.CATEGORY_NAMES)
+def _known_values(index: dict) -> list[bool]:
+    """Which stored values (0..255) are labels of this data: mapped to a class, or known and ignored."""
+    known = [False] * 256
+    for value in index.get("values", range(256)):
+        known[value] = True
+    return known
 
 
 def example_problem(data_dir, split: str, index: dict, example: int) -> str | None:
     """Why example number `example` of a prepared split cannot be trained on, found by reading it
     as the input pipeline does (TF's PNG decoder); None when it can."""
     for path, channels in ((layout.prepared_image(data_dir, split, index["examples"][example]), 3),
-                           (layout.prepared_categories(data_dir, split, index["examples"][example]), 1)):
+                           (layout.prepared_labels(data_dir, split, index["examples"][example]), 1)):
         try:
             decoded = tf.io.decode_png(tf.io.read_file(str(path)), channels=channels).numpy()
         except tf.errors.OpError as error:
@@ -148,10 +167,10 @@ def example_problem(data_dir, split: str, index: dict, example: int) -> str | No
         if decoded.shape[:2] != (index["height"], index["width"]):
             return (f"{path} is {decoded.shape[0]}x{decoded.shape[1]}, the index says "
                     f"{index['height']}x{index['width']}")
-        count = _num_classes(index)
-        if channels == 1 and decoded.max() >= count:
-            values = np.unique(decoded[decoded >= count])[:5].tolist()
-            return f"{path} holds values {values} outside the categories 0..{count - 1}"
+        known = np.array(_known_values(index))
+        if channels == 1 and not known[decoded].all():
+            values = np.unique(decoded[~known[decoded]])[:5].tolist()
+            return f"{path} holds values {values} that are no label of this data"
     return None
 
 
@@ -183,25 +202,26 @@ def num_examples(data_dir, split: str = "train") -> int:
 
 def _file_names(data_dir, split: str, index: dict):
     images = [str(layout.prepared_image(data_dir, split, i)) for i in index["examples"]]
-    categories = [str(layout.prepared_categories(data_dir, split, i)) for i in index["examples"]]
-    return tf.constant(images), tf.constant(categories)
+    label_maps = [str(layout.prepared_labels(data_dir, split, i)) for i in index["examples"]]
+    return tf.constant(images), tf.constant(label_maps)
 
 
-def _read_and_decode(image_file, category_file, height: int, width: int, count: int):
+def _read_and_decode(image_file, label_file, height: int, width: int, index: dict, lookup):
+    """(image uint8 [H, W, 3], training indices uint8 [H, W]: the stored labels through `lookup`)."""
     image = tf.io.decode_png(tf.io.read_file(image_file), channels=3)
-    categories = tf.io.decode_png(tf.io.read_file(category_file), channels=1)[..., 0]
-    # A category map replaced after preparation (a labelIds file, say) would otherwise train on
-    # wrong classes, or give a NaN loss on GPU. One max over the map; the error names the file.
-    in_range = tf.debugging.Assert(tf.reduce_max(categories) < count,
-                                   [f"category values outside 0..{count - 1} in", category_file])
-    with tf.control_dependencies([in_range]):
-        categories = tf.identity(categories)
+    stored = tf.io.decode_png(tf.io.read_file(label_file), channels=1)[..., 0]
+    # A label map replaced after preparation would otherwise train on wrong classes, or give a NaN
+    # loss on GPU. One lookup over the map; the error names the file.
+    known = tf.reduce_all(tf.gather(tf.constant(_known_values(index)), tf.cast(stored, tf.int32)))
+    with tf.control_dependencies([tf.debugging.Assert(known, ["values that are no label of this data in",
+                                                              label_file])]):
+        trained = tf.gather(tf.constant(lookup, tf.uint8), tf.cast(stored, tf.int32))
     # Fails loudly, naming the shapes, if a file was replaced after prepare_data checked it.
-    return tf.ensure_shape(image, [height, width, 3]), tf.ensure_shape(categories, [height, width])
+    return tf.ensure_shape(image, [height, width, 3]), tf.ensure_shape(trained, [height, width])
 
 
-def _to_model_types(images, categories):
-    return tf.cast(images, tf.float32) * (1.0 / 255.0), tf.cast(categories, tf.int32)
+def _to_model_types(images, truth):
+    return tf.cast(images, tf.float32) * (1.0 / 255.0), tf.cast(truth, tf.int32)
 
 
 def _scale_range(scale) -> tuple[float, float]:
@@ -211,13 +231,13 @@ def _scale_range(scale) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _shrink(image, categories, factor: float):
+def _shrink(image, truth, factor: float):
     """The example at `factor` (< 1) of its size: the image area-averaged (antialiased bilinear), the
-    categories by nearest neighbour. The one resize from full resolution, in training and evaluation."""
+    truth by nearest neighbour. The one resize from full resolution, in training and evaluation."""
     size = (round(image.shape[0] * factor), round(image.shape[1] * factor))
     image = tf.saturate_cast(tf.round(tf.image.resize(image, size, antialias=True)), tf.uint8)
-    categories = tf.image.resize(categories[..., None], size, method="nearest")[..., 0]
-    return image, categories
+    truth = tf.image.resize(truth[..., None], size, method="nearest")[..., 0]
+    return image, truth
 
 
 def working_factor(downscale: int, scale_range) -> float:
@@ -226,8 +246,8 @@ def working_factor(downscale: int, scale_range) -> float:
     return min(1.0, scale_range[1] / downscale)
 
 
-def _augment(image, categories, position, seed: int, out_size, scale_range):
-    """Random scale, crop and flip, identical for image and categories, keyed on (seed, position).
+def _augment(image, truth, position, seed: int, out_size, scale_range):
+    """Random scale, crop and flip, identical for image and truth, keyed on (seed, position).
     `scale_range` is relative to the image as given."""
     out_h, out_w = out_size
     height, width = image.shape[0], image.shape[1]
@@ -236,36 +256,36 @@ def _augment(image, categories, position, seed: int, out_size, scale_range):
     if scale_range != (1.0, 1.0):
         # Crop the window that becomes the output, then resize only that: far cheaper than
         # resizing the whole 1024x2048 image first. A window larger than the image (zooming out)
-        # is padded with black pixels labelled void.
+        # is padded with black pixels that count in neither the loss nor the metric.
         scale = tf.random.stateless_uniform([], scale_key, *scale_range)
         window_h = tf.cast(tf.round(out_h / scale), tf.int32)
         window_w = tf.cast(tf.round(out_w / scale), tf.int32)
         pad_h, pad_w = tf.maximum(window_h - height, 0), tf.maximum(window_w - width, 0)
         image = tf.pad(image, [[0, pad_h], [0, pad_w], [0, 0]])
-        categories = tf.pad(categories, [[0, pad_h], [0, pad_w]])
+        truth = tf.pad(truth, [[0, pad_h], [0, pad_w]], constant_values=IGNORE)
         y = tf.random.stateless_uniform([], y_key, 0, height + pad_h - window_h + 1, tf.int32)
         x = tf.random.stateless_uniform([], x_key, 0, width + pad_w - window_w + 1, tf.int32)
         image = tf.image.resize(image[y:y + window_h, x:x + window_w], out_size)
         image = tf.saturate_cast(tf.round(image), tf.uint8)
-        categories = tf.image.resize(categories[y:y + window_h, x:x + window_w, None], out_size,
+        truth = tf.image.resize(truth[y:y + window_h, x:x + window_w, None], out_size,
                                      method="nearest")[..., 0]
     elif out_size != (height, width):
         y = tf.random.stateless_uniform([], y_key, 0, height - out_h + 1, tf.int32)
         x = tf.random.stateless_uniform([], x_key, 0, width - out_w + 1, tf.int32)
         image = tf.slice(image, [y, x, 0], [out_h, out_w, 3])
-        categories = tf.slice(categories, [y, x], [out_h, out_w])
+        truth = tf.slice(truth, [y, x], [out_h, out_w])
     # tf.reverse, not image[:, ::-1]: a negative-stride slice was 2x slower at full size.
     flip = tf.random.stateless_uniform([], flip_key) < 0.5
-    image, categories = tf.cond(flip, lambda: (tf.reverse(image, [1]), tf.reverse(categories, [1])),
-                                lambda: (image, categories))
-    return tf.ensure_shape(image, [out_h, out_w, 3]), tf.ensure_shape(categories, [out_h, out_w])
+    image, truth = tf.cond(flip, lambda: (tf.reverse(image, [1]), tf.reverse(truth, [1])),
+                                lambda: (image, truth))
+    return tf.ensure_shape(image, [out_h, out_w, 3]), tf.ensure_shape(truth, [out_h, out_w])
 
 
-def _centre_crop(image, categories, out_size):
+def _centre_crop(image, truth, out_size):
     out_h, out_w = out_size
     image = tf.image.resize_with_crop_or_pad(image, out_h, out_w)
-    categories = tf.image.resize_with_crop_or_pad(categories[..., None], out_h, out_w)[..., 0]
-    return image, categories
+    truth = tf.image.resize_with_crop_or_pad(truth[..., None], out_h, out_w)[..., 0]
+    return image, truth
 
 
 def _available_memory_bytes() -> int:
@@ -279,9 +299,9 @@ def _available_memory_bytes() -> int:
     return 0
 
 
-def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, height: int, width: int,
-                       count: int, data_dir, decode):
-    """Decode the given examples once (`decode(image_file, category_file)`, at height x width) into host
+def _decoded_in_memory(image_files, label_files, example_ids: np.ndarray, height: int, width: int, data_dir,
+                       decode):
+    """Decode the given examples once (`decode(image_file, label_file)`, at height x width) into host
     memory; returns a tf function index -> example."""
     needed = len(example_ids) * height * width * 4
     available = _available_memory_bytes()
@@ -290,13 +310,13 @@ def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, hei
                         f"but only {available / 2**30:.1f} GiB of memory is available; train without "
                         "the cache (it only pays off for data sets that fit in memory)")
     decoded = tf.data.Dataset.from_tensor_slices(example_ids).map(
-        lambda i: decode(tf.gather(image_files, i), tf.gather(category_files, i)),
+        lambda i: decode(tf.gather(image_files, i), tf.gather(label_files, i)),
         num_parallel_calls=AUTOTUNE, deterministic=True)
     images = np.empty([len(example_ids), height, width, 3], np.uint8)
-    categories = np.empty([len(example_ids), height, width], np.uint8)
+    truth = np.empty([len(example_ids), height, width], np.uint8)
     try:
-        for row, (image, category) in enumerate(decoded.as_numpy_iterator()):
-            images[row], categories[row] = image, category
+        for row, (image, truth_map) in enumerate(decoded.as_numpy_iterator()):
+            images[row], truth[row] = image, truth_map
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError, tf.errors.NotFoundError):
         message = bad_example_message(data_dir, "train", example_ids, "decoded for --cache")
         if message:
@@ -305,29 +325,30 @@ def _decoded_in_memory(image_files, category_files, example_ids: np.ndarray, hei
 
     def lookup(index):
         row = np.searchsorted(example_ids, index)
-        return images[row], categories[row]
+        return images[row], truth[row]
 
     # numpy_function keeps the arrays out of the graph (a >2 GB constant cannot be serialised);
     # the cost is that this dataset only runs in this process.
     def fetch(index):
-        image, category = tf.numpy_function(lookup, [index], [tf.uint8, tf.uint8], stateful=False)
-        return tf.ensure_shape(image, [height, width, 3]), tf.ensure_shape(category, [height, width])
+        image, truth_map = tf.numpy_function(lookup, [index], [tf.uint8, tf.uint8], stateful=False)
+        return tf.ensure_shape(image, [height, width, 3]), tf.ensure_shape(truth_map, [height, width])
     return fetch
 
 
-def _fetcher(data_dir, index: dict, image_files, category_files, factor: float, cached_ids=None):
-    """A tf function example index -> (image, categories), decoded and shrunk to `factor` of the prepared
-    size; with `cached_ids`, those examples are decoded once into memory and read from there."""
-    height, width, count = index["height"], index["width"], _num_classes(index)
+def _fetcher(data_dir, index: dict, lookup, image_files, label_files, factor: float, cached_ids=None):
+    """A tf function example index -> (image, truth), decoded, mapped through `lookup` and shrunk to
+    `factor` of the prepared size; with `cached_ids`, those examples are decoded once into memory and
+    read from there."""
+    height, width = index["height"], index["width"]
 
-    def decode(image_file, category_file):
-        example = _read_and_decode(image_file, category_file, height, width, count)
+    def decode(image_file, label_file):
+        example = _read_and_decode(image_file, label_file, height, width, index, lookup)
         return _shrink(*example, factor) if factor < 1 else example
 
     if cached_ids is not None:
-        return _decoded_in_memory(image_files, category_files, cached_ids, round(height * factor),
-                                  round(width * factor), count, data_dir, decode)
-    return lambda i: decode(tf.gather(image_files, i), tf.gather(category_files, i))
+        return _decoded_in_memory(image_files, label_files, cached_ids, round(height * factor),
+                                  round(width * factor), data_dir, decode)
+    return lambda i: decode(tf.gather(image_files, i), tf.gather(label_files, i))
 
 
 def _output_size(data_dir, height: int, width: int, downscale: int, crop) -> tuple[int, int]:
@@ -347,8 +368,9 @@ def _output_size(data_dir, height: int, width: int, downscale: int, crop) -> tup
 
 def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int, start_step: int = 0,
                        crop=None, scale=1.0, augment: bool = True, cache: bool = False,
-                       shard_late: bool = False, downscale: int = 1) -> tf.data.Dataset:
-    """Batches of (image float32 [b,H,W,3] in [0,1], categories int32 [b,H,W] in 0..7), b = per-replica batch.
+                       shard_late: bool = False, downscale: int = 1, classes: str | None = None) -> tf.data.Dataset:
+    """Batches of (image float32 [b,H,W,3] in [0,1], truth int32 [b,H,W]: the view `classes`'s indices, or
+    IGNORE), b = per-replica batch.
 
     Yields exactly (total_steps - start_step) * global_batch / num_pipelines examples for global
     steps [start_step, total_steps). downscale=N: the model sees the scenes at 1/N of their prepared
@@ -365,7 +387,7 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     scale_range = _scale_range(scale) if augment else (1.0, 1.0)
     factor = working_factor(downscale, scale_range)  # the size an example is decoded to and kept at
     scale_range = tuple(s / downscale / factor for s in scale_range)  # relative to the kept size
-    image_files, category_files = _file_names(data_dir, "train", index)
+    image_files, label_files = _file_names(data_dir, "train", index)
     count = len(index["examples"])
 
     # Which examples to read, and each one's position in the global stream (the augmentation key).
@@ -378,7 +400,8 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
         order, positions = stream[mine], first + mine  # Distributed: sharded before anything is read
     examples = tf.data.Dataset.from_tensor_slices((order, positions))
 
-    fetch = _fetcher(data_dir, index, image_files, category_files, factor, np.unique(order) if cache else None)
+    lookup = view(data_dir, classes)["lookup"]
+    fetch = _fetcher(data_dir, index, lookup, image_files, label_files, factor, np.unique(order) if cache else None)
     examples = examples.map(lambda i, position: (*fetch(i), position),
                             num_parallel_calls=AUTOTUNE, deterministic=True)
     if shard_late:
@@ -386,14 +409,14 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
         # Keep this pipeline's slices of every global batch, after everything was decoded.
         share = shard.global_batch // shard.num_pipelines
         examples = examples.filter(
-            lambda image, categories, position: (position // share) % shard.num_pipelines == shard.pipeline_id)
+            lambda image, truth, position: (position // share) % shard.num_pipelines == shard.pipeline_id)
 
     if augment:
-        def transform(image, categories, position):
-            return _augment(image, categories, position, seed, out_size, scale_range)
+        def transform(image, truth, position):
+            return _augment(image, truth, position, seed, out_size, scale_range)
     else:
-        def transform(image, categories, position):
-            return _centre_crop(image, categories, out_size)
+        def transform(image, truth, position):
+            return _centre_crop(image, truth, out_size)
     examples = examples.map(transform, num_parallel_calls=AUTOTUNE, deterministic=True)
     batches = examples.batch(shard.per_replica_batch, drop_remainder=True,
                              num_parallel_calls=AUTOTUNE, deterministic=True)
@@ -402,27 +425,28 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
 
 
 def make_eval_dataset(data_dir, split: str = "val", *, batch_size: int, size=None,
-                      share: slice | None = None) -> tf.data.Dataset:
+                      share: slice | None = None, classes: str | None = None) -> tf.data.Dataset:
     """Every example of the split once (or of examples [share.start, share.stop): this process's
     share, see Launcher.eval_share), in index order, unaugmented; the last batch may be smaller.
 
     size=(H, W) resizes the images (antialiased bilinear, as training shrinks them) and never the
-    categories: they stay at the prepared resolution, which the model's prediction is scored at
+    truth: they stay at the prepared resolution, which the model's prediction is scored at
     (model.at_truth_size). Default: the images at full resolution too.
     """
     index = read_index(data_dir, split)
     height, width = index["height"], index["width"]
-    image_files, category_files = _file_names(data_dir, split, index)
+    lookup = view(data_dir, classes)["lookup"]
+    image_files, label_files = _file_names(data_dir, split, index)
     if share is not None:  # Distributed: this process's share of the split
-        image_files, category_files = image_files[share], category_files[share]
+        image_files, label_files = image_files[share], label_files[share]
 
-    def load(image_file, category_file):
-        image, categories = _read_and_decode(image_file, category_file, height, width, _num_classes(index))
+    def load(image_file, label_file):
+        image, truth = _read_and_decode(image_file, label_file, height, width, index, lookup)
         if size and tuple(size) != (height, width):
             image = tf.saturate_cast(tf.round(tf.image.resize(image, size, antialias=True)), tf.uint8)
-        return image, categories
+        return image, truth
 
-    examples = tf.data.Dataset.from_tensor_slices((image_files, category_files))
+    examples = tf.data.Dataset.from_tensor_slices((image_files, label_files))
     examples = examples.map(load, num_parallel_calls=AUTOTUNE, deterministic=True)
     batches = examples.batch(batch_size, num_parallel_calls=AUTOTUNE, deterministic=True)
     return batches.map(_to_model_types, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)

@@ -1,58 +1,81 @@
-"""Cityscapes label ids -> the 8 official categories (categoryId in cityscapesScripts' labels.py).
+"""What the recipe trains and scores: Cityscapes' label table, read from cityscapesScripts.
 
-The recipe trains on categories, not on the 19 train ids: 8 classes are enough to show the input
-pipeline and the distribution at full resolution, and no Cityscapes pixel is ignored.
+The prepared label maps hold Cityscapes' label ids as the release's `*_gtFine_labelIds.png` do (0..33).
+Training and scoring see them through a *view*, as the benchmark defines it
+(cityscapesscripts.helpers.labels, the field's own table; nothing of it is copied here):
+- `classes` (the default): the 19 evaluation classes, by trainId; every label that is `ignoreInEval`
+  (void, parking, rail track, guard rail, bridge, tunnel, polegroup, caravan, trailer, ...) is IGNORE,
+  in the loss and in the metric. Each class belongs to one of the 7 categories (flat .. vehicle), and
+  the category IoU is computed from the same predictions, as `evalPixelLevelSemanticLabeling` does.
+- `categories`: the 7 categories themselves, trained directly; void and every ignored label is IGNORE.
 
-Encoding decisions for the uint8 `*_gtFine_labelIds.png` files:
-- The official files hold ids 0..33 only. 'license plate' has id -1, and cityscapesScripts'
-  json2labelImg skips negative ids, so plate pixels keep the id drawn below them (normally car, 26).
-- If a tool does write -1 into a uint8 PNG it wraps to 255, so 255 maps to vehicle, like -1.
-- Ids 34..254 do not exist in Cityscapes. They map to void (0) so the lookup never fails, but
-  prepare_data.py reports any label file that contains them instead of mapping them quietly.
+A view is plain data (names, colours, a 256-entry lookup from stored value to training index or
+IGNORE, the label id each training index is written back as), stored in the prepared index, so
+data.py, the export and the benchmark's baseline read it without this module.
+
+Encoding decisions for the uint8 label-id files:
+- 'license plate' has id -1, and cityscapesScripts' json2labelImg skips negative ids, so plate pixels
+  keep the id drawn below them (normally car). A -1 written into a uint8 PNG wraps to 255: IGNORE.
+- Ids 34..254 do not exist in Cityscapes; prepare_data.py reports any file holding them.
 """
 from __future__ import annotations
 
 import numpy as np
+from cityscapesscripts.helpers.labels import labels as CITYSCAPES_LABELS
 
-CATEGORY_NAMES = ("void", "flat", "construction", "object", "nature", "sky", "human", "vehicle")
-NUM_CATEGORIES = len(CATEGORY_NAMES)
-# Cityscapes' own colours of the categories, for prediction PNGs.
-CATEGORY_COLOURS = ((0, 0, 0), (128, 64, 128), (70, 70, 70), (153, 153, 153), (107, 142, 35),
-                    (70, 130, 180), (220, 20, 60), (0, 0, 142))
+IGNORE = 255  # the stored and training value of a pixel that counts in neither the loss nor the metric
+VIEWS = ("classes", "categories")
 
-# labelId -> categoryId; categories are contiguous id ranges in the official table.
-LABEL_TO_CATEGORY = {
-    **{label_id: 0 for label_id in range(0, 7)},     # void: unlabeled .. ground
-    **{label_id: 1 for label_id in range(7, 11)},    # flat: road, sidewalk, parking, rail track
-    **{label_id: 2 for label_id in range(11, 17)},   # construction: building .. tunnel
-    **{label_id: 3 for label_id in range(17, 21)},   # object: pole .. traffic sign
-    **{label_id: 4 for label_id in range(21, 23)},   # nature: vegetation, terrain
-    23: 5,                                           # sky
-    24: 6, 25: 6,                                    # human: person, rider
-    **{label_id: 7 for label_id in range(26, 34)},   # vehicle: car .. bicycle
-    -1: 7,                                           # license plate
-}
-
-# Ids that may appear in a valid uint8 labelIds PNG: 0..33, and 255 (= -1 as uint8).
-VALID_LABEL_IDS = frozenset(label_id % 256 for label_id in LABEL_TO_CATEGORY)
+# Ids that may appear in a valid uint8 labelIds PNG: the table's, and 255 (= -1 as uint8).
+VALID_LABEL_IDS = frozenset(label.id % 256 for label in CITYSCAPES_LABELS)
+# The 7 evaluated categories in categoryId order (void, category 0, is never evaluated).
+CATEGORIES = tuple(sorted({(label.categoryId, label.category) for label in CITYSCAPES_LABELS
+                           if not label.ignoreInEval}))
+CATEGORY_NAMES = tuple(name for _, name in CATEGORIES)
+_CATEGORY_INDEX = {category_id: index for index, (category_id, _) in enumerate(CATEGORIES)}
 
 
-def _build_lookup() -> np.ndarray:
-    table = np.zeros(256, dtype=np.uint8)  # unknown ids -> void
-    for label_id, category in LABEL_TO_CATEGORY.items():
-        table[label_id % 256] = category  # -1 % 256 == 255
-    table.setflags(write=False)
+def _lookup(to_index) -> list[int]:
+    table = [IGNORE] * 256
+    for label in CITYSCAPES_LABELS:
+        if label.id >= 0 and not label.ignoreInEval:
+            table[label.id] = to_index(label)
     return table
 
 
-CATEGORY_LOOKUP = _build_lookup()
+def cityscapes_views() -> dict:
+    """The two views of Cityscapes label ids (`classes` and `categories`), as the prepared index stores them."""
+    evaluated = sorted((label for label in CITYSCAPES_LABELS if not label.ignoreInEval),
+                       key=lambda label: label.trainId)
+    classes = {
+        "names": [label.name for label in evaluated],
+        "colours": [list(label.color) for label in evaluated],
+        "lookup": _lookup(lambda label: label.trainId),
+        "label_ids": [label.id for label in evaluated],
+        # the category of each class: the category IoU is scored from the class predictions
+        "groups": list(CATEGORY_NAMES),
+        "group_of": [_CATEGORY_INDEX[label.categoryId] for label in evaluated],
+    }
+    # A category is written back as the label id of its first evaluated class (flat -> road, ...)
+    first_of = {}
+    for label in evaluated:
+        first_of.setdefault(label.categoryId, label)
+    categories = {
+        "names": list(CATEGORY_NAMES),
+        "colours": [list(first_of[category_id].color) for category_id, _ in CATEGORIES],
+        "lookup": _lookup(lambda label: _CATEGORY_INDEX[label.categoryId]),
+        "label_ids": [first_of[category_id].id for category_id, _ in CATEGORIES],
+    }
+    return {"classes": classes, "categories": categories}
 
 
-def to_categories(label_ids: np.ndarray) -> np.ndarray:
-    """Map a uint8 labelIds array of any shape to categoryIds (uint8, 0..7), by table indexing."""
-    if label_ids.dtype != np.uint8:
-        raise TypeError(f"label ids must be uint8 as read from a labelIds PNG, got {label_ids.dtype}")
-    return CATEGORY_LOOKUP[label_ids]
+def pairs_view(names, colours, ignored) -> dict:
+    """The view of --format pairs masks (class ids 0..N-1): the classes not `ignored`, in file order."""
+    kept = [i for i, name in enumerate(names) if name not in ignored]
+    table = [IGNORE] * 256
+    for index, class_id in enumerate(kept):
+        table[class_id] = index
+    return {"names": [names[i] for i in kept], "colours": [list(colours[i]) for i in kept], "lookup": table}
 
 
 def invalid_label_ids(label_ids: np.ndarray) -> list[int]:

@@ -7,10 +7,10 @@ the same tree):
 
 Prepared data (written by prepare_data.py, read by data.py):
     OUT/SPLIT/images/CITY/CITY_SEQ_FRAME.png       the original RGB PNG, byte for byte
-    OUT/SPLIT/categories/CITY/CITY_SEQ_FRAME.png   uint8 category ids 0..7
-    OUT/SPLIT.json      index: image size, class names and colours, the sorted example ids and the
-                        byte sizes of each example's two files; written last, so it exists only for
-                        a complete split
+    OUT/SPLIT/labels/CITY/CITY_SEQ_FRAME.png       uint8 label ids, as the release's labelIds files
+    OUT/SPLIT.json      index: image size, the views training can take of the labels (labels.py:
+                        `classes`, `categories`), the sorted example ids and the byte sizes of each
+                        example's two files; written last, so it exists only for a complete split
 
 An example id is "CITY/CITY_SEQ_FRAME", e.g. "aachen/aachen_000000_000019". With --format pairs
 (pairs.py) it is the image's path relative to its split folder without the suffix, the image is
@@ -27,8 +27,11 @@ IMAGE_DIR = "leftImg8bit"
 LABEL_DIR = "gtFine"
 IMAGE_SUFFIX = "_leftImg8bit.png"
 LABEL_SUFFIX = "_gtFine_labelIds.png"
+INSTANCE_SUFFIX = "_gtFine_instanceIds.png"  # not read here; cityscapesScripts' evaluation opens it
+PREDICTION_SUFFIX = "_pred_labelIds.png"  # train.py --predict-format labelids, as the evaluation finds them
 FULL_SIZE = (1024, 2048)
-INDEX_FORMAT = "cityscapes-categories-png/1"
+INDEX_FORMAT = "cityscapes-labels-png/2"
+OLD_INDEX_FORMATS = ("cityscapes-categories-png/1",)  # ours too: prepare_data.py replaces them
 
 # A split is a folder and an index file in the prepared data: a plain name, never a path.
 SPLIT_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -45,6 +48,10 @@ def image_member(split: str, example_id: str) -> str:
 
 def label_member(split: str, example_id: str) -> str:
     return f"{LABEL_DIR}/{split}/{example_id}{LABEL_SUFFIX}"
+
+
+def instance_member(split: str, example_id: str) -> str:
+    return f"{LABEL_DIR}/{split}/{example_id}{INSTANCE_SUFFIX}"
 
 
 def is_candidate(relative_path: str) -> bool:
@@ -69,8 +76,8 @@ def prepared_image(data_dir, split: str, example_id: str) -> pathlib.Path:
     return pathlib.Path(data_dir) / split / "images" / f"{example_id}.png"
 
 
-def prepared_categories(data_dir, split: str, example_id: str) -> pathlib.Path:
-    return pathlib.Path(data_dir) / split / "categories" / f"{example_id}.png"
+def prepared_labels(data_dir, split: str, example_id: str) -> pathlib.Path:
+    return pathlib.Path(data_dir) / split / "labels" / f"{example_id}.png"
 
 
 def parse_size(text: str) -> tuple[int, int]:

@@ -5,9 +5,10 @@
 
 Each scene is a street-like layout (sky, buildings, road) plus a grid of objects, one per cell, so
 objects never cover each other. Across all scenes every label id 0..33 appears at least once, and
-cars carry a license plate stored as 255 (the uint8 form of id -1). Pixel colours follow the
-category, with a small per-id shift and noise, so a model has something to learn. The output is a
-pure function of the arguments: the same seed gives the same bytes.
+cars carry a license plate stored as 255 (the uint8 form of id -1). Pixel colours are the label's own
+colour in Cityscapes' table, with noise, so a model has something to learn. Beside each labelIds map
+it writes the `_gtFine_instanceIds.png` that cityscapesScripts' evaluation opens (the label ids: no
+instances). The output is a pure function of the arguments: the same seed gives the same bytes.
 """
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ import layout
 from tf_recipes import user_paths
 
 CITIES = {"train": ("aachen", "bochum", "cologne"), "val": ("frankfurt", "lindau", "munster")}
-# Roughly the Cityscapes colour of each category, so the fixture looks like a street when viewed.
-CATEGORY_COLOURS = np.array([
-    (20, 20, 20), (128, 64, 128), (70, 70, 70), (220, 220, 0),
-    (107, 142, 35), (70, 130, 180), (220, 20, 60), (0, 0, 142)], dtype=np.int16)
+# Each label id's colour in Cityscapes' table (grey for ids it does not define), so the fixture looks
+# like a street when viewed and every class has its own appearance.
+LABEL_COLOURS = np.full((256, 3), 128, np.int16)
+for _label in labels.CITYSCAPES_LABELS:
+    LABEL_COLOURS[_label.id % 256] = _label.color
 PLATE = 255  # license plate (-1) as it reads back from a uint8 PNG
 CAR = 26
 ZIP_DATE = (2016, 2, 1, 0, 0, 0)  # fixed, so zips are byte-identical for the same seed
@@ -62,8 +64,8 @@ def scene_labels(rng: np.random.Generator, height: int, width: int, object_ids) 
 
 
 def scene_image(rng: np.random.Generator, ids: np.ndarray) -> np.ndarray:
-    """RGB uint8: category colour, shifted per label id, shaded top to bottom, with noise."""
-    per_id = CATEGORY_COLOURS[labels.CATEGORY_LOOKUP] + (np.arange(256)[:, None] * 7 % 25 - 12)
+    """RGB uint8: the label's colour, shaded top to bottom, with noise."""
+    per_id = LABEL_COLOURS
     height = ids.shape[0]
     shade = np.linspace(-15, 15, height, dtype=np.float32)[:, None, None]
     noise = rng.integers(-3, 4, size=ids.shape + (3,), dtype=np.int16)
@@ -102,6 +104,7 @@ def make_fixture(out, train: int = 6, val: int = 3, size=(64, 128), seed: int = 
             ids = scene_labels(rng, height, width, object_ids)
             members.append((layout.image_member(split, example_id), encode_png(scene_image(rng, ids))))
             members.append((layout.label_member(split, example_id), encode_png(ids)))
+            members.append((layout.instance_member(split, example_id), encode_png(ids.astype(np.uint16))))
             written[split].append(example_id)
     if tree:
         for name, data in members:

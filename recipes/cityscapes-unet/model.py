@@ -1,10 +1,11 @@
-"""The UNet, its loss (cross-entropy + Dice) and its metric (mean IoU over the 8 categories)."""
+"""The UNet, its loss (cross-entropy + Dice) and its metric: class and category IoU, as Cityscapes scores."""
 import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from labels import NUM_CATEGORIES
+from labels import IGNORE
 
 
 # Normalisation after each convolution. "none" (the default) has none: every output pixel depends only on
@@ -39,7 +40,7 @@ def conv_block(x, filters, normalization, dropout, name):
     return x
 
 
-def build_unet(filters=32, depth=4, dropout=0.0, normalization="none", num_classes=NUM_CATEGORIES):
+def build_unet(filters=32, depth=4, dropout=0.0, normalization="none", num_classes=19):
     """Encoder of `depth` conv blocks with max-pooling, a bottleneck, and an up-sampling decoder that
     concatenates the encoder's features at each level. Any input size divisible by 2**depth works,
     so the model trains on crops and evaluates on whole images. `normalization` is one of
@@ -72,42 +73,48 @@ def at_truth_size(y_true, y_pred):
 
 
 def cross_entropy_dice(y_true, y_pred, smooth=1.0):
-    """Per-example loss: mean pixel cross-entropy + (1 - mean soft Dice over the categories).
+    """Per-example loss: mean pixel cross-entropy + (1 - mean soft Dice over the classes), both over the
+    pixels that are not IGNORE (an example with none of them adds 0).
 
-    Cross-entropy alone is dominated by the large categories (flat, construction, sky); the Dice
-    term weighs every category present in the image equally, so small ones (human, object) count.
+    Cross-entropy alone is dominated by the large classes (road, building, sky); the Dice term weighs
+    every class present in the image equally, so small ones (poles, signs, people) count.
     """
     y_pred = at_truth_size(y_true, y_pred)
-    cross_entropy = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred), axis=[1, 2])
-    one_hot = tf.one_hot(y_true, y_pred.shape[-1], dtype=y_pred.dtype)
-    intersection = tf.reduce_sum(one_hot * y_pred, axis=[1, 2])
-    total = tf.reduce_sum(one_hot + y_pred, axis=[1, 2])
+    valid = tf.not_equal(y_true, IGNORE)
+    truth = tf.where(valid, y_true, 0)
+    weight = tf.cast(valid, y_pred.dtype)
+    pixels = tf.reduce_sum(weight, axis=[1, 2])
+    per_pixel = keras.losses.sparse_categorical_crossentropy(truth, y_pred) * weight
+    cross_entropy = tf.math.divide_no_nan(tf.reduce_sum(per_pixel, axis=[1, 2]), pixels)
+    one_hot = tf.one_hot(truth, y_pred.shape[-1], dtype=y_pred.dtype) * weight[..., None]
+    guess = y_pred * weight[..., None]
+    intersection = tf.reduce_sum(one_hot * guess, axis=[1, 2])
+    total = tf.reduce_sum(one_hot + guess, axis=[1, 2])
     dice = tf.reduce_mean((2.0 * intersection + smooth) / (total + smooth), axis=-1)
-    return cross_entropy + (1.0 - dice)
+    return cross_entropy + (1.0 - dice) * tf.cast(pixels > 0, y_pred.dtype)
 
 
-def iou_sums(y_true, y_pred):
-    """Per-category intersection and union pixel counts, summed over the batch (they add up across
-    replicas and batches; the IoU itself does not)."""
+def confusion_sums(y_true, y_pred):
+    """The confusion matrix over the pixels that are not IGNORE, flattened (truth * C + prediction): it
+    adds up across replicas and batches, and every IoU, class or category, follows from it."""
     y_pred = at_truth_size(y_true, y_pred)
+    classes = y_pred.shape[-1]
     predicted = tf.cast(tf.argmax(y_pred, axis=-1), tf.int32)
-    classes = tf.range(y_pred.shape[-1])  # the model's classes: Cityscapes' 8 or the user's
-    truth = tf.equal(y_true[..., None], classes)
-    guess = tf.equal(predicted[..., None], classes)
-    axes = [0, 1, 2]
-    return {"intersection": tf.reduce_sum(tf.cast(truth & guess, tf.float32), axis=axes),
-            "union": tf.reduce_sum(tf.cast(truth | guess, tf.float32), axis=axes)}
+    # An ignored pixel goes to one extra cell, dropped after: fixed shapes, so it compiles under --xla too
+    cells = tf.where(tf.not_equal(y_true, IGNORE), y_true * classes + predicted, classes * classes)
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(cells, tf.float32), cells, classes * classes + 1)
+    return {"confusion": counts[:-1]}
 
 
 def truth_sums(y_true, y_pred):
-    """Per-category pixel counts of the truth (evaluation only: the constant prediction's baseline)."""
+    """Per-class pixel counts of the truth (evaluation only: the constant prediction's baseline)."""
     classes = tf.range(y_pred.shape[-1])
     return {"truth_pixels": tf.reduce_sum(tf.cast(tf.equal(y_true[..., None], classes), tf.float32), axis=[0, 1, 2])}
 
 
 def constant_mean_iou(truth_pixels) -> float:
-    """The best mean IoU of one category predicted everywhere: category c scores IoU share(c) and every
-    other category in the truth 0, averaged over the categories present."""
+    """The best mean IoU of one class predicted everywhere: class c scores IoU share(c) and every
+    other class in the truth 0, averaged over the classes present."""
     truth_pixels = truth_pixels.astype("float64")
     total, present = truth_pixels.sum(), truth_pixels > 0
     if total == 0:
@@ -116,14 +123,41 @@ def constant_mean_iou(truth_pixels) -> float:
                for c in range(len(truth_pixels)))
 
 
-def mean_iou(sums) -> dict:
-    """Mean IoU over the categories that occur (in truth or prediction), and per-category IoU; with the
-    truth's pixel counts (an evaluation), the best constant prediction's mean IoU beside it."""
-    intersection, union = sums["intersection"], sums["union"]
-    present = union > 0
-    per_category = [float(i / u) if u > 0 else None for i, u in zip(intersection, union, strict=True)]
-    metrics = {"mean_iou": float((intersection[present] / union[present]).mean()) if present.any() else 0.0,
-               "iou_per_category": per_category}
-    if "truth_pixels" in sums:
-        metrics["constant_mean_iou"] = constant_mean_iou(sums["truth_pixels"])
-    return metrics
+def _ious(confusion: np.ndarray) -> list:
+    """IoU of each class, as cityscapesScripts' getIouScoreForLabel computes it: tp / (tp + fp + fn), where
+    the ignored pixels are already out of the matrix; None where tp + fp + fn is 0 (its NaN)."""
+    tp = np.diag(confusion)
+    denominator = confusion.sum(axis=0) + confusion.sum(axis=1) - tp
+    return [float(t / d) if d > 0 else None for t, d in zip(tp, denominator, strict=True)]
+
+
+def _mean(ious: list) -> float:
+    present = [iou for iou in ious if iou is not None]  # getScoreAverage: the mean over valid entries
+    return float(np.mean(present)) if present else 0.0
+
+
+def segmentation_scores(confusion, group_of=None) -> dict:
+    """Class IoU and its mean from a [C, C] confusion matrix (rows truth, columns prediction); with
+    `group_of` (class -> category), the category IoU and its mean too, from the same matrix, as
+    cityscapesScripts' getIouScoreForCategory adds up the rows and columns of a category's classes."""
+    confusion = np.asarray(confusion, np.float64)
+    scores = {"iou_per_class": _ious(confusion)}
+    scores["mean_iou"] = _mean(scores["iou_per_class"])
+    if group_of is not None:
+        groups = np.zeros((confusion.shape[0], max(group_of) + 1))
+        groups[np.arange(len(group_of)), group_of] = 1.0
+        scores["iou_per_category"] = _ious(groups.T @ confusion @ groups)
+        scores["category_mean_iou"] = _mean(scores["iou_per_category"])
+    return scores
+
+
+def summarize(group_of=None):
+    """The Trainer's `summarize` for the evaluation's sums: the scores above, and with the truth's pixel
+    counts (an evaluation), the best constant prediction's mean IoU beside them."""
+    def summary(sums) -> dict:
+        classes = len(sums["confusion"]) ** 0.5
+        metrics = segmentation_scores(np.reshape(sums["confusion"], (round(classes), round(classes))), group_of)
+        if "truth_pixels" in sums:
+            metrics["constant_mean_iou"] = constant_mean_iou(sums["truth_pixels"])
+        return metrics
+    return summary

@@ -12,13 +12,14 @@ are flat and `--val-fraction` of the stems (a seeded draw) become val. A mask is
 The classes file (YAML or JSON) lists the classes in id order, each a name with an optional
 colour (required for RGB masks; otherwise it only colours the prediction PNGs):
 
-    - {name: background, colour: [0, 0, 0]}
+    - {name: unlabeled, colour: [0, 0, 0], ignore: true}
     - {name: road, colour: "#804080"}
     - sky
 
-or a mapping `name: colour`. prepare_data.py writes the layout data.py reads (layout.py), with the
-class names and palette in the index, so the model, results.json, the export and predict.py's
-PNGs all get the user's classes.
+or a mapping `name: colour`. A class marked `ignore: true` (unlabeled, void, a border) counts in
+neither the loss nor the metric, and the model does not predict it. prepare_data.py writes the
+layout data.py reads (layout.py), with the class names and palette in the index, so the model,
+results.json, the export and predict.py's PNGs all get the user's classes.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from PIL import Image
 
 from tf_recipes import user_paths
 from tf_recipes.contract import class_name_problem
+
+import labels
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 MASK_SUFFIX = ".png"
@@ -60,8 +63,9 @@ def _colour(value, where: str):
     raise PairsError(f"{where}: colour {value!r} is neither [R, G, B] with values 0..255 nor '#rrggbb'")
 
 
-def read_classes(path) -> tuple[list[str], list]:
-    """(names, colours or None per class) from a YAML or JSON classes file, in id order."""
+def read_classes(path) -> tuple[list[str], list, set[str]]:
+    """(names, colours or None per class, the names marked `ignore: true`) from a YAML or JSON classes
+    file, in id order."""
     path = pathlib.Path(path)
     problem = user_paths.file_problem("--classes", path)
     if problem:  # checked, not opened: reading a FIFO would block
@@ -87,7 +91,7 @@ def read_classes(path) -> tuple[list[str], list]:
     if not isinstance(content, list) or not content:
         raise PairsError(f"--classes {path}: expected a list of classes (names, or name and colour); "
                          "see `prepare_data.py --help`")
-    names, colours = [], []
+    names, colours, ignored = [], [], set()
     for number, entry in enumerate(content):
         where = f"--classes {path}, class {number}"
         if isinstance(entry, str):
@@ -100,6 +104,10 @@ def read_classes(path) -> tuple[list[str], list]:
                              "of the export's labels.txt, so give it a name on one line")
         names.append(name)
         colours.append(_colour(entry.get("colour", entry.get("color")), where))
+        if entry.get("ignore", False) not in (True, False):
+            raise PairsError(f"{where}: ignore {entry['ignore']!r} is neither true nor false")
+        if entry.get("ignore"):
+            ignored.add(name)
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise PairsError(f"--classes {path}: class names appear twice: {', '.join(duplicates)}")
@@ -108,7 +116,9 @@ def read_classes(path) -> tuple[list[str], list]:
     given = [colour for colour in colours if colour is not None]
     if len(set(given)) != len(given):
         raise PairsError(f"--classes {path}: two classes share a colour, so an RGB mask would be ambiguous")
-    return names, colours
+    if len(ignored) == len(names):
+        raise PairsError(f"--classes {path}: every class is marked ignore: true; leave at least one to learn")
+    return names, colours, ignored
 
 
 def palette_for(colours) -> list[tuple[int, int, int]]:
@@ -153,12 +163,15 @@ class ImageMaskFolders:
         if not 0 < val_fraction < 1:
             raise PairsError(f"--val-fraction {val_fraction}: use a fraction between 0 and 1, e.g. 0.2")
         self.classes_file = pathlib.Path(classes_file)
-        self.categories, colours = read_classes(classes_file)
+        self.categories, colours, ignored = read_classes(classes_file)
         self.colours = colours
         self.palette = palette_for(colours)
+        self.views = {"classes": labels.pairs_view(self.categories, self.palette, ignored)}
+        self.values = list(range(len(self.categories)))  # the class ids a mask may hold
         self.val_fraction, self.seed, self.size = val_fraction, seed, tuple(size) if size else None
         # Every output depends on the classes and --size too: changing them redoes every pair.
-        self.settings = hashlib.sha256(json.dumps([self.categories, colours, self.size]).encode()).hexdigest()[:16]
+        settings = [self.categories, colours, sorted(ignored), self.size]
+        self.settings = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
         self.files: dict = {}  # (split, example id) -> (image file, mask file), filled by pairs()
         self.inputs = {"--images": images, "--masks": masks, "--classes": classes_file}  # what --out stays out of
 

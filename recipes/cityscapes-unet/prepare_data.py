@@ -9,8 +9,9 @@ classes file's colours (see pairs.py); everything below holds for both formats.
 
 --source holds the official release: the two downloaded zips (leftImg8bit_trainvaltest.zip,
 gtFine_trainvaltest.zip) or the folders they extract to (leftImg8bit/, gtFine/); either half may be
-a zip or a folder. The output (see layout.py) keeps each RGB PNG byte for byte and writes the
-category map as an 8-bit PNG, with a sorted index per split, which data.py reads. PNG files were
+a zip or a folder. The output (see layout.py) keeps each RGB PNG byte for byte and the label ids as
+an 8-bit PNG, with a sorted index per split that also holds the views training takes of them
+(labels.py: the 19 classes, the 7 categories), which data.py reads. PNG files were
 chosen over TFRecord shards because data.py needs any example in any order (the global batches are
 fixed by tf_recipes.data.sharded_order); the measurements are in README.md.
 
@@ -174,8 +175,9 @@ def decode(read, where: str, problems: list, kind: str = "PNG"):
 
 
 class CityscapesRelease:
-    """--source: the official release, each half a zip or a folder; label ids map to the 8 categories."""
-    categories, palette = labels.CATEGORY_NAMES, labels.CATEGORY_COLOURS
+    """--source: the official release, each half a zip or a folder; the label ids are kept as they are."""
+    views = labels.cityscapes_views()
+    values = sorted(labels.VALID_LABEL_IDS)  # the label ids a labelIds file may hold
 
     def __init__(self, source: pathlib.Path):
         self.images, self.labels = open_source(source)
@@ -219,7 +221,7 @@ class CityscapesRelease:
             problems.append(f"label ids outside 0..33 and 255: {self.labels.describe(label_name)} has "
                             f"{unknown[:8]} (is it a trainIds or instanceIds file?)")
             return None
-        return image_bytes, size, labels.to_categories(label_ids)
+        return image_bytes, size, label_ids
 
 
 # --- One pair: load and check (per source), then write -------------------------------------------
@@ -240,15 +242,15 @@ def process_pair(task):
     loaded = source.load(split, example_id, located, problems)
     if loaded is None:
         return example_id, None, problems
-    image_bytes, size, categories = loaded
+    image_bytes, size, label_map = loaded
     if expect_size and size != tuple(expect_size):
         problems.append(f"unexpected size: {source.image_file(split, example_id)} and its label are "
                         f"{size[0]}x{size[1]}, --expect-size is {expect_size[0]}x{expect_size[1]}")
         return example_id, None, problems
     encoded = io.BytesIO()
-    Image.fromarray(categories).save(encoded, format="PNG")
+    Image.fromarray(label_map).save(encoded, format="PNG")
     _write_atomically(layout.prepared_image(out, split, example_id), image_bytes)
-    _write_atomically(layout.prepared_categories(out, split, example_id), encoded.getvalue())
+    _write_atomically(layout.prepared_labels(out, split, example_id), encoded.getvalue())
     return example_id, size, []
 
 
@@ -282,10 +284,10 @@ def _indexed_examples(index: pathlib.Path):
 
 
 def _output_bytes(out: pathlib.Path, split: str, example_id: str):
-    """[image, categories] byte sizes of a pair's prepared files, or None if either is missing."""
+    """[image, labels] byte sizes of a pair's prepared files, or None if either is missing."""
     try:
         return [layout.prepared_image(out, split, example_id).stat().st_size,
-                layout.prepared_categories(out, split, example_id).stat().st_size]
+                layout.prepared_labels(out, split, example_id).stat().st_size]
     except FileNotFoundError:
         return None
 
@@ -343,8 +345,7 @@ def prepare_split(source, split, example_ids, signatures, out, expect_size, work
         write_atomically(manifest_path(out, split), "".join(json.dumps(done[i]) + "\n" for i in example_ids))
         write_atomically(index, json.dumps({
             "format": layout.INDEX_FORMAT, "split": split, "height": height, "width": width,
-            "categories": list(source.categories), "palette": [list(colour) for colour in source.palette],
-            "examples": example_ids,
+            "views": source.views, "default_view": "classes", "values": source.values, "examples": example_ids,
             # data.read_index compares these with the files before training
             "bytes": {i: done[i].get("bytes") or _output_bytes(out, split, i) for i in example_ids}},
             indent=1))
@@ -357,7 +358,7 @@ def foreign_output(out: pathlib.Path, split: str) -> pathlib.Path | None:
     index, folder = layout.index_path(out, split), out / split
     if index.exists() or index.is_symlink():
         try:
-            if json.loads(index.read_text()).get("format") != layout.INDEX_FORMAT:
+            if json.loads(index.read_text()).get("format") not in (layout.INDEX_FORMAT, *layout.OLD_INDEX_FORMATS):
                 return index
         except (OSError, ValueError, AttributeError):
             return index

@@ -1,10 +1,13 @@
-"""Cityscapes UNet: full-resolution (1024x2048) semantic segmentation into the 8 Cityscapes categories.
+"""Cityscapes UNet: full-resolution (1024x2048) semantic segmentation, trained and scored as the benchmark does.
 
-Trains a UNet on the Cityscapes `train` split prepared by `prepare_data.py` (label ids mapped to the
-8 official categories: void, flat, construction, object, nature, sky, human, vehicle), evaluates mean
-IoU on `val`, and can write colour PNGs of its predictions. Data prepared with `prepare_data.py
---format pairs` (your own images, masks and classes file) trains with its own classes instead: their
-count and colours come from the prepared index. The same script runs under every launcher:
+Trains a UNet on the Cityscapes `train` split prepared by `prepare_data.py`: the 19 evaluation classes
+(trainIds; every other label ignored in the loss and the metric), or with `--classes categories` the 7
+categories (void ignored). It evaluates on `val` as cityscapesScripts does, at full resolution: the class
+mean IoU and the category mean IoU with their per-class tables, and `--predict-dir` writes colour PNGs
+or (`--predict-format labelids`) label-id PNGs that the official evaluation reads. Data prepared with
+`prepare_data.py --format pairs` (your own images, masks and classes file) trains with its own classes:
+their count, colours and ignored class come from the prepared index. The same script runs under every
+launcher:
 
     python recipes/cityscapes-unet/train.py --data-dir data/cityscapes
     python recipes/cityscapes-unet/train.py --launcher mirrored --data-dir data/cityscapes   # all local GPUs
@@ -87,12 +90,16 @@ def scale_range(text):
 
 
 def parse_args(argv=None):
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=None, lr=None, metrics=("mean_iou",))
+    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=None, epochs=None, lr=None,
+                                 metrics=("mean_iou", "category_mean_iou"))
     # A full-resolution step takes far longer than the host's ~0.5 ms per call: one step per call
     # keeps a stop signal answered within one step. The rate's schedule is the preset's unless given.
     parser.set_defaults(steps_per_loop=1, lr_schedule=None, lr_warmup_steps=None)
     model = parser.add_argument_group("cityscapes-unet")
     model.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    model.add_argument("--classes", choices=("classes", "categories"),
+                       help="what to train on Cityscapes data: the 19 evaluation classes (default) or the 7 "
+                            "categories; both ignore every other label. Your own data: its classes")
     model.add_argument("--filters", type=cli.positive_int, help="filters of the first level (doubles per level)")
     model.add_argument("--depth", type=cli.positive_int, help="down-sampling levels")
     model.add_argument("--dropout", type=cli.rate, default=0.0, help="dropout after every conv block")
@@ -122,7 +129,11 @@ def parse_args(argv=None):
                        help="resize val images to HEIGHTxWIDTH for the model; the prediction is resized back to "
                             "the categories, which are never resized (default: 1/--downscale of the prepared size)")
     model.add_argument("--eval-batch-size", type=cli.positive_int, default=2)
-    model.add_argument("--predict-dir", help="write colour PNGs of the predictions for val images here")
+    model.add_argument("--predict-dir", help="write the predictions for the val images here (--predict-format)")
+    model.add_argument("--predict-format", choices=("colour", "labelids"), default="colour",
+                       help="colour: image | prediction | truth PNGs of --predict-count scenes; labelids: every "
+                            "val scene's prediction as Cityscapes label ids at full size, CITY/ID_pred_labelIds.png, "
+                            "as cityscapesScripts' csEvalPixelLevelSemanticLabeling reads them")
     model.add_argument("--predict-count", type=cli.positive_int, default=8)
     model.add_argument("--benchmark", action="store_true",
                        help="generated full-size tensors, --max-steps (default 20) after --warmup-steps; no eval")
@@ -150,8 +161,9 @@ import data  # noqa: E402
 from tf_recipes import export, training  # noqa: E402
 from tf_recipes.data import DataError  # noqa: E402
 from tf_recipes.launchers import create_launcher  # noqa: E402
-from labels import CATEGORY_COLOURS, CATEGORY_NAMES, NUM_CATEGORIES  # noqa: E402
-from model import at_truth_size, build_unet, cross_entropy_dice, iou_sums, mean_iou, truth_sums  # noqa: E402
+import layout  # noqa: E402
+from labels import cityscapes_views  # noqa: E402
+from model import at_truth_size, build_unet, confusion_sums, cross_entropy_dice, summarize, truth_sums  # noqa: E402
 
 
 # ## Data
@@ -159,22 +171,27 @@ from model import at_truth_size, build_unet, cross_entropy_dice, iou_sums, mean_
 # generated batch over and over, so that the step time is compute only.
 
 def describe_data(args, launcher):
-    """(training examples, class names, class colours, image size HEIGHTxWIDTH) of this run: the
-    prepared folder's (Cityscapes' 8 categories, or the user's classes of prepare_data.py --format
-    pairs), or, for generated data, Cityscapes' categories at the full size or --crop."""
+    """(training examples, the view trained (labels.py: class names, colours, ...), image size
+    HEIGHTxWIDTH) of this run: the prepared folder's (Cityscapes' 19 classes or 7 categories, or the
+    user's classes of prepare_data.py --format pairs), or, for generated data, Cityscapes' at the full
+    size or --crop."""
     if args.benchmark or args.synthetic:
         # Distributed: generated examples for the steps of the global batch (per-replica batch x replicas)
         num_examples = (args.max_steps or 20) * args.batch_size * launcher.num_replicas
         if args.downscale == AUTO:
             args.downscale = downscale_for(FULL_SIZE, args.depth)
         whole = (FULL_SIZE[0] // args.downscale, FULL_SIZE[1] // args.downscale)
-        return num_examples, list(CATEGORY_NAMES), list(CATEGORY_COLOURS), args.crop or whole
+        return num_examples, {**cityscapes_views()[args.classes or "classes"], "name": args.classes or "classes"}, \
+            args.crop or whole
     if not args.data_dir:
         raise DataError("--data-dir is required: the folder written by "
                         "`python recipes/cityscapes-unet/prepare_data.py --source CITYSCAPES --out DIR` "
                         "(or use --benchmark for generated data)")
     num_examples = data.num_examples(args.data_dir, "train")
-    class_names, palette = data.classes(args.data_dir)
+    view = data.view(args.data_dir, args.classes)
+    if args.predict_dir and args.predict_format == "labelids" and "label_ids" not in view:
+        raise DataError(f"--predict-format labelids writes Cityscapes label ids, and the data in {args.data_dir} "
+                        "has its own classes; use --predict-format colour")
     size = data.image_size(args.data_dir)
     if args.downscale == AUTO:
         args.downscale = downscale_for(size, args.depth)
@@ -189,67 +206,95 @@ def describe_data(args, launcher):
         raise DataError(f"the images in {args.data_dir} are {size[0]}x{size[1]}{seen}; the UNet of --depth "
                         f"{args.depth} needs sides that are multiples of {2 ** args.depth}: prepare them with "
                         "--size HxW, or pass --eval-size and --crop")
-    return num_examples, class_names, palette, size
+    return num_examples, view, size
 
 
-def synthetic_dataset(shard, height, width, steps, seed):
+def synthetic_dataset(shard, height, width, steps, seed, num_classes):
     rng = np.random.default_rng(seed + shard.pipeline_id)  # Distributed: each input pipeline draws its own batch
     images = rng.random((shard.per_replica_batch, height, width, 3), dtype=np.float32)
-    labels = rng.integers(0, NUM_CATEGORIES, (shard.per_replica_batch, height, width), dtype=np.int32)
+    labels = rng.integers(0, num_classes, (shard.per_replica_batch, height, width), dtype=np.int32)
     # Distributed: the replicas this input pipeline feeds, each a batch per step
     local_replicas = shard.global_batch // shard.num_pipelines // shard.per_replica_batch
     return tf.data.Dataset.from_tensors((images, labels)).repeat(steps * local_replicas)
 
 
 # ## Model
-# The UNet, its loss (cross-entropy plus Dice) and its IoU metric are in model.py.
+# The UNet, its loss (cross-entropy plus Dice, both blind to ignored pixels) and its metric (a confusion
+# matrix, from which the class and category IoU follow as cityscapesScripts computes them) are in model.py.
 
 def build_model(args, num_classes):
     return build_unet(args.filters, args.depth, args.dropout, args.norm, num_classes=num_classes)
 
 
-TASK = training.Task(loss_fn=cross_entropy_dice, metric_sums=iou_sums, summarize=mean_iou, baseline_sums=truth_sums)
+def task_for(view):
+    return training.Task(loss_fn=cross_entropy_dice, metric_sums=confusion_sums,
+                         summarize=summarize(view.get("group_of")), baseline_sums=truth_sums)
 
 
 # ## Training
 # The same lines under every launcher, as in mnist-cnn; the mean IoU on val and the prediction PNGs
 # come after training.
 
-def val_evaluation(args, launcher):
+def val_evaluation(args, launcher, view):
     """This process's share of the val images (as Trainer.fit's `evaluation` takes it), and the
     one line that names a val file that fails to read."""
     # Distributed: this process's share of the val images
     # (every process evaluates its own share; the sums are added up over processes)
     share = launcher.eval_share(data.num_examples(args.data_dir, "val"))
     return (lambda: data.make_eval_dataset(args.data_dir, "val", batch_size=args.eval_batch_size,
-                                           size=args.eval_size, share=share),
+                                           size=args.eval_size, share=share, classes=view["name"]),
             lambda: data.bad_example_message(args.data_dir, "val", range(share.start, share.stop),
                                              "read for evaluation"))
 
 
-def evaluate(args, launcher, trainer, model, palette, explain):
-    """Mean IoU on the val images at the step training ended, and --predict-dir's PNGs: results.json's
-    final_metrics."""
+def evaluate(args, launcher, trainer, model, view, explain):
+    """Class and category IoU on the val images at the step training ended, and --predict-dir's PNGs:
+    results.json's final_metrics."""
     val = trainer.evaluate(explain_input_error=explain)
-    training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}")
+    category = f"  category mean IoU {val['category_mean_iou']:.4f}" if "category_mean_iou" in val else ""
+    training.log(launcher, f"val: loss {val['loss']:.4f}  mean IoU {val['mean_iou']:.4f}{category}")
     if args.predict_dir and launcher.is_chief:  # Distributed: the chief writes the prediction PNGs
-        written = write_predictions(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size,
-                                    palette)
+        write = write_label_ids if args.predict_format == "labelids" else write_colours
+        written = write(model, args.data_dir, args.predict_dir, args.predict_count, args.eval_size, view)
         training.log(launcher, f"wrote {written} prediction PNGs to {args.predict_dir}")
     return {"val": val}
 
 
-def write_predictions(model, data_dir, folder, count, eval_size, colours):
-    """Colour PNGs (one colour per class) of image | prediction | truth for `count` val images."""
+def predictions(model, data_dir, eval_size, view):
+    """(example id, image, truth, predicted class) of every val scene, predicted at full size: the
+    probabilities resized to the truth, then the argmax."""
+    examples = data.read_index(data_dir, "val")["examples"]
+    scenes = data.make_eval_dataset(data_dir, "val", batch_size=1, size=eval_size, classes=view["name"])
+    for example_id, (images, truth) in zip(examples, scenes, strict=True):
+        yield example_id, images[0], truth[0], tf.argmax(at_truth_size(truth, model(images, training=False)), -1)[0]
+
+
+def write_colours(model, data_dir, folder, count, eval_size, view):
+    """Colour PNGs (one colour per class, black where ignored) of image | prediction | truth for `count`
+    val scenes."""
     os.makedirs(folder, exist_ok=True)
-    palette = tf.constant(colours, tf.uint8)
+    palette = tf.constant([*view["colours"], *[(0, 0, 0)] * (256 - len(view["colours"]))], tf.uint8)
     written = 0
-    for images, labels in data.make_eval_dataset(data_dir, "val", batch_size=1, size=eval_size).take(count):
-        predicted = tf.argmax(at_truth_size(labels, model(images, training=False)), axis=-1)
-        image = tf.image.resize(images[0] * 255, tf.shape(labels)[1:3])
-        row = tf.concat([tf.saturate_cast(tf.round(image), tf.uint8), tf.gather(palette, predicted[0]),
-                         tf.gather(palette, labels[0])], axis=1)
+    for _, image, truth, predicted in predictions(model, data_dir, eval_size, view):
+        if written == count:
+            break
+        image = tf.image.resize(image * 255, tf.shape(truth))
+        row = tf.concat([tf.saturate_cast(tf.round(image), tf.uint8), tf.gather(palette, predicted),
+                         tf.gather(palette, truth)], axis=1)
         tf.io.write_file(os.path.join(folder, f"val_{written:04d}.png"), tf.io.encode_png(row))
+        written += 1
+    return written
+
+
+def write_label_ids(model, data_dir, folder, count, eval_size, view):
+    """Every val scene's prediction as a PNG of Cityscapes label ids at the labels' size, named as
+    cityscapesScripts finds them: CITY/CITY_SEQ_FRAME_pred_labelIds.png."""
+    to_label_id = tf.constant(view["label_ids"], tf.uint8)
+    written = 0
+    for example_id, _, _, predicted in predictions(model, data_dir, eval_size, view):
+        path = os.path.join(folder, example_id + layout.PREDICTION_SUFFIX)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tf.io.write_file(path, tf.io.encode_png(tf.gather(to_label_id, predicted)[..., None]))
         written += 1
     return written
 
@@ -261,7 +306,8 @@ def main(args):
     training.configure_precision(args.amp)
 
     synthetic = args.benchmark or args.synthetic
-    num_examples, class_names, palette, size = describe_data(args, launcher)
+    num_examples, view, size = describe_data(args, launcher)
+    class_names, task = view["names"], task_for(view)
     trainer = training.Trainer(launcher, RECIPE, args, num_examples=num_examples)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
@@ -274,29 +320,31 @@ def main(args):
 
     def dataset_fn(shard):
         if synthetic:
-            return synthetic_dataset(shard, *size, trainer.total_steps - trainer.start_step, args.seed)
+            return synthetic_dataset(shard, *size, trainer.total_steps - trainer.start_step, args.seed,
+                                     len(class_names))
         return data.make_train_dataset(
             args.data_dir, shard, trainer.total_steps, args.seed, trainer.start_step, crop=args.crop,
             scale=args.scale, augment=not args.no_augment, cache=args.cache, shard_late=args.shard_late,
-            downscale=args.downscale)
+            downscale=args.downscale, classes=view["name"])
 
     # A file that fails to decode mid-run is named by re-reading the examples of the failing step.
     explain = None if synthetic else data.explain_train_error(args.data_dir, trainer.global_batch, args.seed)
-    evaluation, explain_val = (None, None) if synthetic else val_evaluation(args, launcher)
+    evaluation, explain_val = (None, None) if synthetic else val_evaluation(args, launcher, view)
     # Distributed: one input pipeline per process, split over its replicas
-    trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), TASK, explain_input_error=explain,
+    trainer.fit(launcher.distribute_dataset(dataset_fn, args.batch_size), task, explain_input_error=explain,
                 evaluation=evaluation, explain_eval_error=explain_val)
 
-    final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, palette, explain_val)
+    final_metrics = {} if synthetic else evaluate(args, launcher, trainer, model, view, explain_val)
     # results.json, the export (a copy of the model for TF Serving and predict.py) and --target, in one call
     trainer.finish({
         "preset": args.preset, "filters": args.filters, "depth": args.depth,
         "normalization": args.norm, "crop": args.crop, "downscale": args.downscale, "eval_size": args.eval_size,
         "shard_late": args.shard_late,
         "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
-        "parameters": model.count_params(), "classes": class_names, "final_metrics": final_metrics},
+        "parameters": model.count_params(), "view": view["name"], "classes": class_names,
+        "categories": view.get("groups"), "final_metrics": final_metrics},
         build=lambda: build_model(args, len(class_names)), task=export.SEGMENTATION, class_names=class_names,
-        palette=palette, image_size=args.eval_size or size, output_size=size, antialias=True, channels=3,
+        palette=view["colours"], image_size=args.eval_size or size, output_size=size, antialias=True, channels=3,
         to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
 
 

@@ -70,7 +70,7 @@ def test_index_records_the_sizes_and_a_healthy_run_trains(prepared, tmp_path):
     index = json.loads(layout.index_path(prepared, "train").read_text())
     assert index["bytes"] == {
         i: [layout.prepared_image(prepared, "train", i).stat().st_size,
-            layout.prepared_categories(prepared, "train", i).stat().st_size] for i in index["examples"]}
+            layout.prepared_labels(prepared, "train", i).stat().st_size] for i in index["examples"]}
     assert_ok(train(prepared, tmp_path))
     assert read_results(tmp_path)["steps"] == 4
 
@@ -79,7 +79,7 @@ def test_index_records_the_sizes_and_a_healthy_run_trains(prepared, tmp_path):
 def test_a_file_that_no_longer_matches_the_index_is_named_before_training(damaged, tmp_path, damage):
     data_dir, examples = damaged
     image = layout.prepared_image(data_dir, "train", examples[5])
-    categories = layout.prepared_categories(data_dir, "train", examples[5])
+    categories = layout.prepared_labels(data_dir, "train", examples[5])
     if damage == "missing":
         victim, expected = categories, "is missing"
         victim.unlink()
@@ -146,7 +146,7 @@ def test_category_values_outside_the_categories_are_named_at_their_step(damaged,
     data_dir, examples = damaged
     drop_sizes_from_index(data_dir)  # else the new file's byte size gives it away before training
     culprit = int(global_order(len(examples), 2, 3, SEED, 2)[0])
-    victim = layout.prepared_categories(data_dir, "train", examples[culprit])
+    victim = layout.prepared_labels(data_dir, "train", examples[culprit])
     categories = np.asarray(Image.open(victim)).copy()
     categories[10:20, 10:20] = 9
     categories[30, 30] = 33  # a label id, as if the labelIds file had been copied over it
@@ -160,7 +160,7 @@ def test_category_values_outside_the_categories_are_named_at_their_step(damaged,
 def test_prepare_data_rewrites_a_file_truncated_since_preparation(release, damaged):
     """What the error message tells the user to do works: the file is written again."""
     data_dir, examples = damaged
-    victim = layout.prepared_categories(data_dir, "train", examples[2])
+    victim = layout.prepared_labels(data_dir, "train", examples[2])
     good = victim.read_bytes()
     victim.write_bytes(good[:len(good) // 2])
     assert prepare_data.prepare(release, data_dir, workers=1, log=lambda message: None) == []

@@ -156,7 +156,7 @@ def test_eval_dataset_has_every_example_unaugmented(data_dir):
     out = list(data.make_eval_dataset(data_dir, "val", batch_size=2).as_numpy_iterator())
     assert [images.shape for images, _ in out] == [(2, *SIZE, 3), (1, *SIZE, 3)]
     last_id = json.loads(layout.index_path(data_dir, "val").read_text())["examples"][-1]
-    expected = np.asarray(Image.open(layout.prepared_categories(data_dir, "val", last_id)))
+    expected = np.asarray(Image.open(layout.prepared_labels(data_dir, "val", last_id)))
     np.testing.assert_array_equal(out[-1][1][0], expected)
     # --eval-size shrinks the images the model sees, never the categories it is scored against
     small = list(data.make_eval_dataset(data_dir, "val", batch_size=3, size=(16, 32)).as_numpy_iterator())

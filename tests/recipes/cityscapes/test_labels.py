@@ -1,81 +1,93 @@
-"""The labelId -> categoryId table, checked against the rows of cityscapesScripts' labels.py."""
+"""The views of Cityscapes labels the recipe trains and scores, and its scores, against cityscapesScripts'
+own label table and evaluation functions."""
 import numpy as np
 import pytest
+from cityscapesscripts.evaluation import evalPixelLevelSemanticLabeling as official
+from cityscapesscripts.helpers.labels import labels as OFFICIAL_LABELS
 
 from helpers import recipe_module
 
 labels = recipe_module("cityscapes-unet", "labels")
-
-# (name, id, category, categoryId), copied row by row from cityscapesScripts/helpers/labels.py.
-OFFICIAL_ROWS = [
-    ("unlabeled", 0, "void", 0),
-    ("ego vehicle", 1, "void", 0),
-    ("rectification border", 2, "void", 0),
-    ("out of roi", 3, "void", 0),
-    ("static", 4, "void", 0),
-    ("dynamic", 5, "void", 0),
-    ("ground", 6, "void", 0),
-    ("road", 7, "flat", 1),
-    ("sidewalk", 8, "flat", 1),
-    ("parking", 9, "flat", 1),
-    ("rail track", 10, "flat", 1),
-    ("building", 11, "construction", 2),
-    ("wall", 12, "construction", 2),
-    ("fence", 13, "construction", 2),
-    ("guard rail", 14, "construction", 2),
-    ("bridge", 15, "construction", 2),
-    ("tunnel", 16, "construction", 2),
-    ("pole", 17, "object", 3),
-    ("polegroup", 18, "object", 3),
-    ("traffic light", 19, "object", 3),
-    ("traffic sign", 20, "object", 3),
-    ("vegetation", 21, "nature", 4),
-    ("terrain", 22, "nature", 4),
-    ("sky", 23, "sky", 5),
-    ("person", 24, "human", 6),
-    ("rider", 25, "human", 6),
-    ("car", 26, "vehicle", 7),
-    ("truck", 27, "vehicle", 7),
-    ("bus", 28, "vehicle", 7),
-    ("caravan", 29, "vehicle", 7),
-    ("trailer", 30, "vehicle", 7),
-    ("train", 31, "vehicle", 7),
-    ("motorcycle", 32, "vehicle", 7),
-    ("bicycle", 33, "vehicle", 7),
-    ("license plate", -1, "vehicle", 7),
-]
+model = recipe_module("cityscapes-unet", "model")
+VIEWS = labels.cityscapes_views()
 
 
-def test_table_has_every_official_id():
-    assert sorted(labels.LABEL_TO_CATEGORY) == sorted(row[1] for row in OFFICIAL_ROWS)
-    assert len(OFFICIAL_ROWS) == 35
+def test_classes_are_the_19_train_ids_and_every_other_label_is_ignored():
+    classes = VIEWS["classes"]
+    assert len(classes["names"]) == 19
+    for label in OFFICIAL_LABELS:
+        if label.id < 0:
+            continue
+        expected = labels.IGNORE if label.ignoreInEval else label.trainId
+        assert classes["lookup"][label.id] == expected, label.name
+        if not label.ignoreInEval:
+            assert classes["names"][label.trainId] == label.name
+            assert classes["label_ids"][label.trainId] == label.id
+            assert classes["groups"][classes["group_of"][label.trainId]] == label.category
+    assert classes["lookup"][255] == labels.IGNORE  # a license plate's -1 as uint8
+    assert sorted(set(classes["lookup"]) - {labels.IGNORE}) == list(range(19))
 
 
-@pytest.mark.parametrize("name,label_id,category,category_id", OFFICIAL_ROWS)
-def test_each_id_maps_to_its_official_category(name, label_id, category, category_id):
-    assert labels.LABEL_TO_CATEGORY[label_id] == category_id, name
-    assert labels.CATEGORY_NAMES[category_id] == category
-    # The vectorised path, with the id as it is stored in a uint8 PNG (-1 wraps to 255).
-    stored = np.array([[label_id % 256]], dtype=np.uint8)
-    assert labels.to_categories(stored).tolist() == [[category_id]], name
+def test_categories_are_the_7_evaluated_ones_with_void_ignored():
+    categories = VIEWS["categories"]
+    assert categories["names"] == ["flat", "construction", "object", "nature", "sky", "human", "vehicle"]
+    for label in OFFICIAL_LABELS:
+        if label.id >= 0:
+            expected = labels.IGNORE if label.ignoreInEval else categories["names"].index(label.category)
+            assert categories["lookup"][label.id] == expected, label.name
+    # a category is written back as a label id of that category
+    by_id = {label.id: label for label in OFFICIAL_LABELS}
+    assert [by_id[i].category for i in categories["label_ids"]] == categories["names"]
 
 
-def test_255_is_the_license_plate_and_unknown_ids_are_void():
-    assert labels.to_categories(np.array([255], np.uint8)).tolist() == [7]
-    unknown = np.arange(34, 255, dtype=np.uint8)
-    assert (labels.to_categories(unknown) == 0).all()
-    assert labels.invalid_label_ids(unknown) == list(range(34, 255))
-    assert labels.invalid_label_ids(np.array([0, 33, 255], np.uint8)) == []
+def test_a_pairs_class_marked_ignore_is_ignored_and_the_rest_renumbered():
+    view = labels.pairs_view(["unlabeled", "road", "sky"], [(0, 0, 0), (1, 1, 1), (2, 2, 2)], {"unlabeled"})
+    assert view["names"] == ["road", "sky"] and view["colours"] == [[1, 1, 1], [2, 2, 2]]
+    assert view["lookup"][:3] == [labels.IGNORE, 0, 1] and set(view["lookup"][3:]) == {labels.IGNORE}
 
 
-def test_lookup_keeps_shape_and_dtype():
-    ids = np.random.default_rng(0).integers(0, 34, size=(4, 6), dtype=np.uint8)
-    out = labels.to_categories(ids)
-    assert out.shape == (4, 6) and out.dtype == np.uint8
-    expected = [[labels.LABEL_TO_CATEGORY[int(i)] for i in row] for row in ids]
-    assert out.tolist() == expected
+def test_invalid_label_ids_names_ids_cityscapes_does_not_define():
+    ids = np.array([[0, 7, 33, 34], [255, 200, 7, 7]], np.uint8)
+    assert labels.invalid_label_ids(ids) == [34, 200]
 
 
-def test_rejects_wider_integer_arrays():
-    with pytest.raises(TypeError, match="uint8"):
-        labels.to_categories(np.array([-1, 7]))
+def official_scores(label_confusion):
+    """cityscapesScripts' own class and category IoU of a confusion matrix over label ids."""
+    args = official.args
+    official.generateMatrix(args)  # fills args.evalLabels
+    per_class = {label.name: official.getIouScoreForLabel(label.id, label_confusion, args)
+                 for label in OFFICIAL_LABELS if label.id >= 0 and not label.ignoreInEval}
+    per_category = {category: official.getIouScoreForCategory(category, label_confusion, args)
+                    for category in VIEWS["categories"]["names"]}
+    return per_class, per_category
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_class_and_category_iou_match_the_official_evaluation(seed):
+    """A random prediction of the 19 classes against random truth (ignored labels included, some classes
+    absent): the recipe's scores from its confusion matrix equal cityscapesScripts' from the label ids'."""
+    rng = np.random.default_rng(seed)
+    classes = VIEWS["classes"]
+    truth_ids = rng.choice(np.array([i for i in range(34) if i not in (12, 31)], np.uint8), 5000)
+    train = classes["names"].index("train")  # id 31: in neither truth nor prediction
+    predicted = rng.choice(np.array([c for c in range(19) if c != train]), 5000)
+    right = np.array(classes["lookup"])[truth_ids[:3000]]
+    predicted[:3000] = np.where(right == labels.IGNORE, predicted[:3000], right)  # some right
+    predicted_ids = np.array(classes["label_ids"])[predicted]
+
+    label_confusion = np.zeros((34, 34), np.ulonglong)
+    np.add.at(label_confusion, (truth_ids, predicted_ids), 1)
+    truth = np.array(classes["lookup"])[truth_ids]
+    kept = truth != labels.IGNORE
+    confusion = np.zeros((19, 19))
+    np.add.at(confusion, (truth[kept], predicted[kept]), 1)
+
+    ours = model.segmentation_scores(confusion, classes["group_of"])
+    per_class, per_category = official_scores(label_confusion)
+    for name, iou in zip(classes["names"], ours["iou_per_class"], strict=True):
+        assert (iou is None and np.isnan(per_class[name])) or iou == pytest.approx(per_class[name], abs=1e-12), name
+    for name, iou in zip(classes["groups"], ours["iou_per_category"], strict=True):
+        assert iou == pytest.approx(per_category[name], abs=1e-12), name
+    assert ours["mean_iou"] == pytest.approx(np.nanmean(list(per_class.values())), abs=1e-12)
+    assert ours["category_mean_iou"] == pytest.approx(np.nanmean(list(per_category.values())), abs=1e-12)
+    assert ours["iou_per_class"][train] is None  # an absent class counts in neither mean

@@ -31,7 +31,7 @@ def assert_prepared(out, splits):
         assert index["examples"] == sorted(examples)
         assert index["categories"] == NAMES and index["palette"] == [c["colour"] for c in CLASSES]
         for stem, ids in examples.items():
-            categories = np.asarray(Image.open(layout.prepared_categories(out, split, stem)))
+            categories = np.asarray(Image.open(layout.prepared_labels(out, split, stem)))
             np.testing.assert_array_equal(categories, ids)
             image = Image.open(layout.prepared_image(out, split, stem))
             assert (image.format, image.mode, image.size) == ("PNG", "RGB", (64, 32))

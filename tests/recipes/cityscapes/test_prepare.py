@@ -43,7 +43,7 @@ def assert_prepared_from_tree(out, tree, ids):
             source_image = tree / layout.image_member(split, example_id)
             source_labels = read_png(tree / layout.label_member(split, example_id))
             assert layout.prepared_image(out, split, example_id).read_bytes() == source_image.read_bytes()
-            categories = read_png(layout.prepared_categories(out, split, example_id))
+            categories = read_png(layout.prepared_labels(out, split, example_id))
             expected = np.vectorize(lambda i: labels.LABEL_TO_CATEGORY[i if i != 255 else -1])(source_labels)
             np.testing.assert_array_equal(categories, expected)
 
@@ -143,12 +143,12 @@ def test_rerun_skips_done_work_and_redoes_only_changed_pairs(fixture_ids, tmp_pa
     # Change one label and lose one output (as after an interrupted run): only those two are redone.
     changed, lost = sorted(ids["train"])[:2]
     Image.fromarray(np.full((32, 64), 23, np.uint8)).save(source / layout.label_member("train", changed))
-    layout.prepared_categories(out, "train", lost).unlink()
+    layout.prepared_labels(out, "train", lost).unlink()
     third = run_prepare("--source", source, "--out", out)
     assert third.returncode == 0, third.stderr
     assert "train: 6 pairs, 2 written, 4 already up to date" in third.stdout
-    assert (read_png(layout.prepared_categories(out, "train", changed)) == 5).all()  # sky
-    assert layout.prepared_categories(out, "train", lost).is_file()
+    assert (read_png(layout.prepared_labels(out, "train", changed)) == 5).all()  # sky
+    assert layout.prepared_labels(out, "train", lost).is_file()
 
 
 @pytest.mark.parametrize("args,expected", [
