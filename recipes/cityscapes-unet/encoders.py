@@ -18,6 +18,7 @@ needs nothing from model.py (which imports it): model.py passes
 `lambda channels, name: normalization_layer(kind, channels, name, 1)`.
 """
 import os
+import warnings
 
 import keras
 
@@ -124,12 +125,20 @@ def resnet50_backbone(weights):
         raise ValueError(f"ResNet50 weights file {path} does not exist; pass the path of {IMAGENET_FILE} "
                          "(or of a .weights.h5 of keras.applications.ResNet50(include_top=False)), or None")
     backbone = keras.applications.ResNet50(include_top=False, weights=None, input_shape=shape)
+    expected = f"it must hold the weights of keras.applications.ResNet50(include_top=False), as {IMAGENET_FILE} does"
     try:
-        backbone.load_weights(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            backbone.load_weights(path)
     except Exception as error:  # h5py's OSError for no HDF5 file, Keras's ValueError for another model's
-        raise ValueError(f"ResNet50 weights file {path} cannot be loaded: {_one_line(error)}; it must hold "
-                         f"the weights of keras.applications.ResNet50(include_top=False), as {IMAGENET_FILE} "
-                         "does") from None
+        raise ValueError(f"ResNet50 weights file {path} cannot be loaded: {_one_line(error)}; {expected}") from None
+    # Keras only warns when parts of a .weights.h5 file are missing and leaves those layers as initialised
+    skipped = [w for w in caught if "freshly-initialized" in str(w.message) or "could not be loaded" in str(w.message)]
+    if skipped:
+        raise ValueError(f"ResNet50 weights file {path} cannot be loaded: {len(skipped)} parts of ResNet50 are "
+                         f"not in it ({_one_line(skipped[0].message)}); {expected}")
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return backbone
 
 

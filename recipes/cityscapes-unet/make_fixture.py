@@ -4,8 +4,8 @@
     python recipes/cityscapes-unet/make_fixture.py --out /tmp/cs --size 1024x2048 --train 24 --val 0 --zip
 
 Each scene is a street-like layout (sky, buildings, road) plus a grid of objects, one per cell, so
-objects never cover each other. Across all scenes every label id 0..33 appears at least once, and
-cars carry a license plate stored as 255 (the uint8 form of id -1). Pixel colours are the label's own
+objects never cover each other. Across all scenes every label id 0..33 appears at least once; as in
+the release, a license plate (id -1) is not drawn into the labelIds maps. Pixel colours are the label's own
 colour in Cityscapes' table, with noise, so a model has something to learn. Beside each labelIds map
 it writes the `_gtFine_instanceIds.png` that cityscapesScripts' evaluation opens (the label ids: no
 instances). The output is a pure function of the arguments: the same seed gives the same bytes.
@@ -32,8 +32,6 @@ CITIES = {"train": ("aachen", "bochum", "cologne"), "val": ("frankfurt", "lindau
 LABEL_COLOURS = np.full((256, 3), 128, np.int16)
 for _label in labels.CITYSCAPES_LABELS:
     LABEL_COLOURS[_label.id % 256] = _label.color
-PLATE = 255  # license plate (-1) as it reads back from a uint8 PNG
-CAR = 26
 ZIP_DATE = (2016, 2, 1, 0, 0, 0)  # fixed, so zips are byte-identical for the same seed
 
 
@@ -56,10 +54,6 @@ def scene_labels(rng: np.random.Generator, height: int, width: int, object_ids) 
         y = top + int(rng.integers(0, cell_h - h + 1))
         x = left + int(rng.integers(0, cell_w - w + 1))
         ids[y:y + h, x:x + w] = label_id
-        if label_id == CAR and h >= 4 and w >= 4:  # plate low and centred, car visible around it
-            plate_h, plate_w = max(1, h // 4), max(1, w // 3)
-            plate_y, plate_x = y + h - plate_h - 1, x + (w - plate_w) // 2
-            ids[plate_y:plate_y + plate_h, plate_x:plate_x + plate_w] = PLATE
     return ids
 
 

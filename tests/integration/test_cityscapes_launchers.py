@@ -3,6 +3,7 @@
 one process (--benchmark, --profile, predictions): tests/recipes/cityscapes/test_train.py."""
 import pytest
 
+from cityscapes_data import official_evaluation
 from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,8 @@ def test_trains_under_every_launcher_and_resumes_exactly(prepared, tmp_path, lau
     test_model.py checks that it keeps each image's prediction independent of its batch."""
     if launcher == "horovod":
         request.getfixturevalue("require_horovod")
-    process = invoke_run(prepared, tmp_path / "whole", launcher, "--max-steps", "10")
+    process = invoke_run(prepared, tmp_path / "whole", launcher, "--max-steps", "10",
+                         "--predict-dir", str(tmp_path / "predicted"), "--predict-format", "labelids")
     assert_ok(process)
     results = read_results(tmp_path / "whole")
     replicas = 1 if launcher == "single" else 2
@@ -34,14 +36,21 @@ def test_trains_under_every_launcher_and_resumes_exactly(prepared, tmp_path, lau
     assert len(results["replica_fingerprints"]) == replicas and len(set(results["replica_fingerprints"])) == 1
     val = results["final_metrics"]["val"]
     assert val["examples"] == 4 and 0.0 <= val["mean_iou"] <= 1.0
-    assert len(val["iou_per_category"]) == 8
+    assert len(val["iou_per_class"]) == 19 and len(val["iou_per_category"]) == 7
+    # the official evaluation of the label-id PNGs the run wrote agrees with the run's own figures
+    official = official_evaluation(prepared.parent / "release", tmp_path / "predicted", tmp_path / "official")
+    assert official["averageScoreClasses"] == pytest.approx(val["mean_iou"], abs=1e-4)
+    assert official["averageScoreCategories"] == pytest.approx(val["category_mean_iou"], abs=1e-4)
+    for name, iou in zip(results["classes"], val["iou_per_class"], strict=True):
+        assert official["classScores"][name] == pytest.approx(float("nan") if iou is None else iou, abs=1e-4,
+                                                              nan_ok=True), name
     if replicas > 1 and launcher != "mirrored":  # an export written by a job of two processes serves the model
         from export_checks import check_export
         from helpers import recipe_module
         labels = recipe_module("cityscapes-unet", "labels")
         check_export(tmp_path / "whole", tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, "batch"),
                      size=(64, 128), channels=3, to_model=lambda images: images.astype("float32") / 255.0,
-                     classes=list(labels.CATEGORY_NAMES))
+                     classes=labels.cityscapes_views()["classes"]["names"])
 
     assert_ok(invoke_run(prepared, tmp_path / "parts", launcher, "--max-steps", "4"))
     resumed = invoke_run(prepared, tmp_path / "parts", launcher, "--max-steps", "10", "--resume")

@@ -2,7 +2,7 @@
 
 Files that no longer match the index (missing, another byte size, another image size, not a PNG)
 are found before training, from sizes and PNG headers. A file whose bytes were damaged in place
-(same size) or a category map with values outside 0..7 fails while training; the recipe then
+(same size) or a label map with values that are no label id fails while training; the recipe then
 re-reads the examples of the failing global step and names the file (Trainer.fit's
 explain_input_error)."""
 import io
@@ -142,17 +142,17 @@ def test_with_cache_a_damaged_image_is_named_before_training(damaged, tmp_path):
     assert "step" not in process.stdout
 
 
-def test_category_values_outside_the_categories_are_named_at_their_step(damaged, tmp_path):
+def test_label_values_that_are_no_label_id_are_named_at_their_step(damaged, tmp_path):
     data_dir, examples = damaged
     drop_sizes_from_index(data_dir)  # else the new file's byte size gives it away before training
     culprit = int(global_order(len(examples), 2, 3, SEED, 2)[0])
     victim = layout.prepared_labels(data_dir, "train", examples[culprit])
     categories = np.asarray(Image.open(victim)).copy()
-    categories[10:20, 10:20] = 9
-    categories[30, 30] = 33  # a label id, as if the labelIds file had been copied over it
+    categories[10:20, 10:20] = 40
+    categories[30, 30] = 77  # ids Cityscapes does not define, as if a trainIds or colour file replaced it
     victim.write_bytes(png(categories))
     process = train(data_dir, tmp_path / "out")
-    assert_one_line_error(process, tmp_path / "out", f"{victim} holds values [9, 33] outside the categories 0..7",
+    assert_one_line_error(process, tmp_path / "out", f"{victim} holds values [40, 77] that are no label of this data",
                           f"example {culprit} ", "read for global step 3;")
     assert "step      2/4" in process.stdout
 

@@ -20,8 +20,9 @@ def test_tree_uses_every_label_id_and_pairs_every_image(tmp_path):
     result = make(tmp_path, "--train", "2", "--val", "1", "--size", "32x64")
     assert result.returncode == 0, result.stderr
     images = sorted((tmp_path / "leftImg8bit").rglob("*.png"))
-    label_files = sorted((tmp_path / "gtFine").rglob("*.png"))
-    assert len(images) == len(label_files) == 3
+    label_files = sorted((tmp_path / "gtFine").rglob("*_labelIds.png"))
+    instance_files = sorted((tmp_path / "gtFine").rglob("*_instanceIds.png"))  # cityscapesScripts opens them
+    assert len(images) == len(label_files) == len(instance_files) == 3
     seen = set()
     for path in images:
         relative = path.relative_to(tmp_path).as_posix()
@@ -31,7 +32,7 @@ def test_tree_uses_every_label_id_and_pairs_every_image(tmp_path):
         image = Image.open(path)
         assert (image.mode, image.size, label.mode, label.size) == ("RGB", (64, 32), "L", (64, 32))
         seen |= set(np.unique(np.asarray(label)).tolist())
-    assert seen == set(range(34)) | {255}
+    assert seen == set(range(34))
 
 
 def test_zips_have_the_official_inner_layout_and_are_reproducible(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from helpers import recipe_module
 
 model_module = recipe_module("cityscapes-unet", "model")
+IGNORE = recipe_module("cityscapes-unet", "labels").IGNORE
 train = recipe_module("cityscapes-unet", "train")
 
 
@@ -66,7 +67,7 @@ def test_group_counts_fit_any_filter_count():
     model = model_module.build_unet(12, 2, 0.0, "group")  # 12, 24 and 48 channels: 4 groups, then 8
     groups = sorted({layer.groups for layer in model.layers if type(layer).__name__ == "GroupNormalization"})
     assert groups == [4, 8]
-    assert model(images(1), training=False).shape == (1, 64, 128, 8)
+    assert model(images(1), training=False).shape == (1, 64, 128, 19)
     with pytest.raises(ValueError, match="normalization"):
         model_module.build_unet(8, 2, 0.0, True)
 
@@ -90,15 +91,27 @@ def test_presets_set_what_a_step_sees_and_the_rate_and_flags_override_them():
                                                                                          False)
 
 
-def test_a_smaller_prediction_is_scored_against_the_categories_at_their_own_size():
+def test_a_smaller_prediction_is_scored_against_the_truth_at_its_own_size_and_ignored_pixels_do_not_count():
     import tensorflow as tf
 
     truth = np.zeros((1, 4, 8), np.int32)
-    truth[0, 0, 0] = 1  # one pixel of category 1, smaller than a pixel of the prediction
-    predicted = tf.one_hot(np.zeros((1, 2, 4), np.int32), 8)  # category 0 everywhere, at half the size
-    sums = {k: v.numpy() for k, v in model_module.iou_sums(tf.constant(truth), predicted).items()}
-    assert (sums["intersection"][:2].tolist(), sums["union"][:2].tolist()) == ([31, 0], [32, 1])
-    assert model_module.cross_entropy_dice(tf.constant(truth), predicted).shape == (1,)
+    truth[0, 0, 0] = 1  # one pixel of class 1, smaller than a pixel of the prediction
+    truth[0, 3, :] = IGNORE  # a row that counts in neither the metric nor the loss
+    predicted = tf.one_hot(np.zeros((1, 2, 4), np.int32), 3)  # class 0 everywhere, at half the size
+    confusion = model_module.confusion_sums(tf.constant(truth), predicted)["confusion"].numpy().reshape(3, 3)
+    assert confusion.tolist() == [[23, 0, 0], [1, 0, 0], [0, 0, 0]]
+    scores = model_module.summarize()({"confusion": confusion.ravel()})
+    assert scores["iou_per_class"] == [23 / 24, 0.0, None] and scores["mean_iou"] == (23 / 24) / 2
+    loss = model_module.cross_entropy_dice(tf.constant(truth), predicted)
+    assert loss.shape == (1,) and np.isfinite(loss.numpy()).all()
+    # whatever the model predicts on the ignored pixels, the loss is the same
+    other = tf.tensor_scatter_nd_update(tf.image.resize(predicted, (4, 8)), [[0, 3, c] for c in range(8)],
+                                        tf.one_hot([2] * 8, 3))
+    again = model_module.cross_entropy_dice(tf.constant(truth), other)
+    assert np.allclose(again.numpy(), model_module.cross_entropy_dice(tf.constant(truth),
+                                                                     tf.image.resize(predicted, (4, 8))).numpy())
+    everything_ignored = np.full((1, 4, 8), IGNORE, np.int32)
+    assert model_module.cross_entropy_dice(tf.constant(everything_ignored), predicted).numpy().tolist() == [0.0]
 
 
 def test_the_cpu_preset_s_rate_falls_from_its_peak_to_zero():

@@ -29,7 +29,9 @@ def assert_prepared(out, splits):
     for split, examples in splits.items():
         index = read_index(out, split)
         assert index["examples"] == sorted(examples)
-        assert index["categories"] == NAMES and index["palette"] == [c["colour"] for c in CLASSES]
+        classes = index["views"]["classes"]
+        assert classes["names"] == NAMES and classes["colours"] == [c["colour"] for c in CLASSES]
+        assert classes["lookup"][:len(NAMES)] == list(range(len(NAMES)))  # no class marked ignore
         for stem, ids in examples.items():
             categories = np.asarray(Image.open(layout.prepared_labels(out, split, stem)))
             np.testing.assert_array_equal(categories, ids)
@@ -121,7 +123,8 @@ def test_the_unet_trains_on_the_pairs_with_their_classes_and_predicts_in_their_c
     assert_ok(run_python(f"{RECIPE}/train.py", "--preset", "tiny", "--data-dir", str(tmp_path / "data"),
                          "--max-steps", "4", "--results-dir", str(run)))
     results = json.loads((run / "results.json").read_text())
-    assert results["classes"] == NAMES and len(results["final_metrics"]["val"]["iou_per_category"]) == 3
+    assert results["classes"] == NAMES and len(results["final_metrics"]["val"]["iou_per_class"]) == 3
+    assert "category_mean_iou" not in results["final_metrics"]["val"]  # own classes: no Cityscapes categories
     served = check_export(run, tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, "none", 3), size=(64, 128),
                           channels=3, to_model=lambda images: images.astype(np.float32) / 255.0, classes=NAMES)
     assert served["probabilities"].shape == (3, 64, 128, 3)

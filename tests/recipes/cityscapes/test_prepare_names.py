@@ -99,7 +99,7 @@ def test_a_zip_member_under_a_dot_dot_folder_is_a_problem_not_a_path(tmp_path):
     assert process.returncode == 1 and "Traceback" not in process.stderr, process.stderr
     assert f"not in the leftImg8bit/SPLIT/CITY/ layout: {tmp_path / 'zips' / layout.IMAGE_ZIP}:" \
            f"{layout.image_member('train', '../escaped')}" in process.stderr
-    assert sorted(p.name for p in (out / "train").iterdir()) == ["categories", "images", "manifest.jsonl"]
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["images", "labels", "manifest.jsonl"]
 
 
 @pytest.mark.parametrize("suffix, text, name", [
@@ -124,7 +124,7 @@ def test_a_class_name_with_a_line_break_in_a_prepared_index_is_refused_when_trai
     source = pairs.ImageMaskFolders(src / "images", src / "masks", src / "classes.yaml")
     assert prepare_data.prepare(source, out, workers=1, log=lambda *_: None) == []
     index = json.loads(layout.index_path(out, "train").read_text())
-    index["categories"][1] = "gra\nss"  # edited by hand, or written by some other tool
+    index["views"]["classes"]["names"][1] = "gra\nss"  # edited by hand, or written by some other tool
     layout.index_path(out, "train").write_text(json.dumps(index))
     with pytest.raises(data.DataError, match=rf"class 'gra\\nss' in {layout.index_path(out, 'train')}: the name holds"):
-        data.classes(out)
+        data.view(out)

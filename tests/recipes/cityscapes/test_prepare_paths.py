@@ -102,7 +102,7 @@ def test_training_names_a_fifo_in_place_of_a_prepared_file(release, tmp_path):
     """The prepared data is read by every training process: a FIFO in it is named by the index check."""
     data = tmp_path / "prepared"
     assert recipe_module("cityscapes-unet", "prepare_data").prepare(release, data, workers=1, log=lambda _: None) == []
-    example = sorted((data / "train" / "categories").rglob("*.png"))[0]
+    example = sorted((data / "train" / "labels").rglob("*.png"))[0]
     example.unlink()
     os.mkfifo(example)
     check = ("import sys; sys.path[:0] = ['recipes/cityscapes-unet', '.']; import data\n"

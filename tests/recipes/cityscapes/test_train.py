@@ -44,15 +44,15 @@ def check_segmentation_export(tmp_path):
     from export_checks import check_export
 
     from helpers import recipe_module
-    train = recipe_module("cityscapes-unet", "train")
+    trained = recipe_module("cityscapes-unet", "labels").cityscapes_views()["classes"]  # the 19 classes
     served = check_export(tmp_path / "run", tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, "none"),
                           size=(64, 128), channels=3, to_model=lambda images: images.astype(np.float32) / 255.0,
-                          classes=list(train.CATEGORY_NAMES))
+                          classes=trained["names"])
     assert served["class_ids"].shape == (3, 64, 128)
     classes = json.loads((tmp_path / "run" / "export" / "1" / "assets.extra" / "classes.json").read_text())
-    named = zip(train.CATEGORY_NAMES, train.CATEGORY_COLOURS, strict=True)
-    assert [(c["id"], c["name"], tuple(c["colour"])) for c in classes] == [
-        (i, name, colour) for i, (name, colour) in enumerate(named)]
+    named = zip(trained["names"], trained["colours"], strict=True)
+    assert [(c["id"], c["name"], list(c["colour"])) for c in classes] == [
+        (i, name, list(colour)) for i, (name, colour) in enumerate(named)]
 
 
 @pytest.mark.parametrize("args,message", [
