@@ -46,15 +46,16 @@ RECIPES = {
     "cityscapes-unet": {
         "run": ["--gpus", "0", "--runtime", "local", "--data-dir", "DIR", "--", "--preset", "cpu"],
         "data": "100 real Cityscapes scenes at 1024x2048, the seed workshop's sample (`8data/` of "
-                "github.com/twittidai/TF2_Workshop: `img/` and `gt_cat/`, which holds the 8 category ids): sorted by "
-                "name, the first 80 for training and the last 20 for validation, each split's images and "
-                "category maps in `images/SPLIT/` and `masks/SPLIT/` under the same names, prepared with "
-                "`prepare_data.py --format pairs` and a classes file of the 8 categories (name and official "
-                "colour, in category order); `--data-dir` is the prepared folder",
+                "github.com/twittidai/TF2_Workshop: `img/` and `gt/`, the release's colour maps), put in the "
+                "official layout by `ci/bench/seed_cityscapes.py --seed-dir 8data --out CS --split train=0:80 "
+                "--split val=80:100` (sorted by name, the first 80 for training and the last 20 for validation, "
+                "the label ids recovered from the colours through cityscapesScripts' table) and prepared with "
+                "`prepare_data.py --source CS`; the 19 evaluation classes are trained and scored, the labels the "
+                "benchmark ignores left out; `--data-dir` is the prepared folder",
         "name": "Cityscapes, 100 real scenes",
         "split": "val",
         "metric": "mean_iou",
-        "baseline": ("constant_mean_iou", "the best single category predicted for every pixel"),
+        "baseline": ("constant_mean_iou", "the best single class predicted for every pixel"),
         "licence": "Cityscapes images are under the Cityscapes dataset licence, which forbids redistribution: "
                    "none is kept here, only the figures.",
         "benchmark": "docs/bench/cityscapes-unet/side-by-side.json",
@@ -177,7 +178,7 @@ def render(recipe: str, results: dict, benchmark: dict | None = None, replicated
         row(spec, results),
         *(row(spec, other) for other in replicated),
     ]
-    if not (benchmark and benchmark.get("kind") == SIDE_BY_SIDE):  # that report has its own per-category table
+    if not (benchmark and benchmark.get("kind") == SIDE_BY_SIDE):  # that report has its own per-class tables
         lines += per_category_lines(results, results["final_metrics"][spec["split"]])
     rows, measured = benchmark_lines(spec, benchmark, results) if benchmark else ([], [])
     lines += rows
@@ -235,65 +236,148 @@ def benchmark_lines(spec: dict, benchmark: dict, results: dict) -> tuple[list[st
     return rows, ["", paragraph]
 
 
+VERSION_PAGES = {"current": "its current page (Adam at 1e-4)", "2020": "its 2020 page (RMSprop)"}
+
+
+def spread_cell(spread: dict | None, bold: bool = False, extent: bool = False) -> str:
+    """A figure over seeds: its mean, ± its standard deviation when there are several seeds, and with
+    `extent` its min and max."""
+    if not spread:
+        return "—"
+    text = f"{spread['mean']:.3f}"
+    if spread.get("std") is not None:
+        text += f" ± {spread['std']:.3f}"
+    text = f"**{text}**" if bold else text
+    if extent and spread.get("n", 1) > 1:
+        text += f" ({spread['min']:.3f}–{spread['max']:.3f})"
+    return text
+
+
+def spread_table(kind: str, names: list[str], per: dict, summary: dict, key: str, seeds: list, better: str) -> list:
+    """A table of the IoU per class (or category): the recipe beside the better baseline, over the seeds."""
+    heading = (f"IoU per {kind}, mean ± sd of {len(seeds)} seeds" if len(seeds) > 1
+               else f"IoU per {kind}, seed {seeds[0]}")
+    lines = ["", f"| {heading} | cityscapes-unet `--preset cpu` | keras.io U-Net, {better} page |", "|---|---|---|"]
+    for index, name in enumerate(names):
+        recipe = per["recipe"][index] if per.get("recipe") else None
+        baseline = per["baseline"][index] if per.get("baseline") else None
+        lines.append(f"| {name} | {spread_cell(recipe)} | {spread_cell(baseline)} |")
+    lines.append(f"| **{kind} mean IoU** | {spread_cell(summary['recipe'][key], bold=True, extent=True)} | "
+                 f"{spread_cell(summary[better][key], extent=True)} |")
+    return lines
+
+
 def side_by_side_lines(spec: dict, benchmark: dict, results: dict) -> tuple[list[str], list[str]]:
-    """cityscapes-unet against the short-script U-Net (ci/bench/segmentation.py): the baseline's and the
-    --target run's rows, a per-category table of both, and the paragraph that says how they were run."""
-    last = benchmark["rounds"][-1]
-    recipe, baseline, target = last["recipe"], last["baseline"], last.get("target_run")
+    """cityscapes-unet against keras.io's U-Net-like example (ci/bench/segmentation.py): the baselines' rows
+    and the --target run's, the IoU per class and per category of the recipe and the better baseline over
+    the seeds, and the paragraph that says how they were run."""
+    if benchmark.get("version") != 2 or "summary" not in benchmark:
+        raise ResultsError(f"{spec['benchmark']} is a report of an older ci/bench/segmentation.py (one seed, the "
+                           "8 categories): run `python -m ci.bench.segmentation` again, then invoke results "
+                           "cityscapes-unet --from its --results-dir")
+    runs, summary, seeds = benchmark["runs"], benchmark["summary"], benchmark["seeds"]
+    recipe, target, better = runs[-1]["recipe"], benchmark.get("target_run"), summary["better_baseline"]
     kept_iou = round(results["final_metrics"]["val"]["mean_iou"], 4)
     if recipe["steps"] != results["steps"] or recipe["mean_iou"] != kept_iou:
         raise ResultsError(f"{spec['benchmark']} is not the run kept in docs/results: keep its recipe run "
                            "(ci/bench/segmentation.py --results-dir DIR, then invoke results cityscapes-unet "
                            "--from DIR)")
-    size = "x".join(str(side) for side in baseline["size"])
-    rows = [f"| {spec['name']} | keras.io-style U-Net, scenes at {size}, the recipe's wall time "
-            f"(`ci/bench/cityscapes_baseline.py`) | — | 1 | {baseline['steps']} | "
-            f"{minutes(baseline['wall_seconds'])} | "
-            f"— | {baseline['mean_iou']:.4f} | — | same machine, same hour |"]
+    size = "x".join(str(side) for side in benchmark["baseline_size"])
+    same_time = benchmark.get("baseline_budget") == "recipe"
+    budget = "the recipe's wall time" if same_time else f"{benchmark['baseline_budget']:.0f} s"
+    several = f", mean of seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f", seed {seeds[0]}"
+    rows = []
+    if len(seeds) > 1:
+        rows.append(f"| {spec['name']} | `--preset cpu --seed S`{several} | single | 1 | {recipe['steps']} | "
+                    f"{minutes(summary['recipe']['wall_seconds']['mean'])} | — | "
+                    f"{summary['recipe']['class_mean_iou']['mean']:.4f} | — | same machine, same hour |")
+    for version in ("current", "2020"):
+        mine = [run["baselines"][version] for run in runs]
+        wall = sum(run["wall_seconds"] for run in mine) / len(mine)
+        rows.append(f"| {spec['name']} | keras.io's U-Net as {VERSION_PAGES[version]}, scenes at {size}, {budget}"
+                    f"{several} (`ci/bench/cityscapes_baseline.py --version {version}`) | — | 1 | "
+                    f"{round(summary[version]['steps']['mean'])} | {minutes(wall)} | — | "
+                    f"{summary[version]['class_mean_iou']['mean']:.4f} | — | same machine, same hour |")
     if target:
-        rows.append(f"| {spec['name']} | `{target['flags']}` | single | 1 | "
-                    f"{target['steps']} | {minutes(target['wall_seconds'])} | {minutes(target['time_to_target'])} | "
+        rows.append(f"| {spec['name']} | `{target['flags']}` | single | 1 | {target['steps']} | "
+                    f"{minutes(target['wall_seconds'])} | "
+                    f"{minutes(target['time_to_target']) if target.get('reached', True) else 'not reached'} | "
                     f"{target['mean_iou']:.4f} | — | same machine, same hour |")
-    names = benchmark["classes"]
-    cell = lambda value: "—" if value is None else f"{value:.3f}"  # noqa: E731
-    table = ["", "| IoU per category | " + " | ".join(names) + " | mean |",
-             "|---|" + "---|" * (len(names) + 1),
-             "| cityscapes-unet `--preset cpu` | " + " | ".join(map(cell, recipe["iou_per_category"]))
-             + f" | **{recipe['mean_iou']:.3f}** |",
-             "| keras.io-style U-Net | " + " | ".join(map(cell, baseline["iou_per_category"]))
-             + f" | {baseline['mean_iou']:.3f} |"]
-    reached = recipe.get("time_to_iou")
-    text = (f"Side by side in one run of `python -m ci.bench.segmentation --data-dir DIR --results-dir RUN --json "
-            f"{spec['benchmark']}` (then `invoke results cityscapes-unet --from RUN`): the recipe's `--preset cpu`, "
-            f"with no other flag, took {recipe['wall_seconds']:.0f} s as a whole process ({recipe['epochs']} epochs) "
-            f"and reached a mean IoU of {recipe['mean_iou']:.4f}; the keras.io-style U-Net (Xception-style "
-            f"blocks, batch normalisation, RMSprop, batch {baseline['batch_size']}, `model.fit` on the scenes loaded "
-            f"whole at {size}), given the same {baseline['budget_seconds']:.0f} s from its start, trained "
-            f"{baseline['epochs']} epochs and reached {baseline['mean_iou']:.4f}. Both are scored as Cityscapes "
-            "scores, at the categories' full resolution: each model sees a val scene smaller (the recipe at "
-            "1/--downscale of it), and its prediction is resized to the categories, never the categories to the "
-            "prediction.")
+    tables = spread_table("class", benchmark["classes"], summary["iou_per_class"], summary, "class_mean_iou",
+                          seeds, better)
+    if benchmark.get("categories") and summary["recipe"]["category_mean_iou"]:
+        tables += spread_table("category", benchmark["categories"], summary["iou_per_category"], summary,
+                               "category_mean_iou", seeds, better)
+    return rows, tables + ["", prose(side_by_side_text(spec, benchmark, size, same_time))]
+
+
+def side_by_side_text(spec: dict, benchmark: dict, size: str, same_time: bool) -> str:
+    runs, summary, seeds = benchmark["runs"], benchmark["summary"], benchmark["seeds"]
+    better, other = summary["better_baseline"], "2020" if summary["better_baseline"] == "current" else "current"
+    recipe, baseline = summary["recipe"], summary[better]
+    batch = runs[-1]["baselines"][better]["batch_size"]
+    command = " ".join(spec["benchmark"] if arg == "REPORT" else arg for arg in benchmark["command"])
+    text = (f"Side by side over {'seeds' if len(seeds) > 1 else 'seed'} {', '.join(map(str, seeds))} in one run "
+            f"of `{command}` (then `invoke results cityscapes-unet --from RUN`, which keeps the last seed's recipe "
+            "run): for each seed, "
+            f"the recipe's `--preset cpu --seed S` ran as a whole process ({recipe['wall_seconds']['mean']:.0f} s "
+            "on average), then keras.io's U-Net-like example (Xception-style blocks, batch normalisation) as its "
+            "current page trains it (Adam at 1e-4) and as its 2020 page did (RMSprop), each with the same seed, "
+            + ("given that run's wall time from its own start" if same_time
+               else f"given a fixed {benchmark['baseline_budget']:.0f} s (not the recipe's time)")
+            + f", on the same scenes shrunk as the recipe shrinks them (to {size}, batch {batch}, the ignored "
+            "labels out of its loss). All are scored as cityscapesScripts scores, at the labels' full resolution, "
+            "the ignored labels left out: the class IoU and, from the same predictions, the category IoU.")
+    ratio, delta = summary["class_ratio"], summary["category_delta"]
+    text += (f" The better baseline is the {better} page ({baseline['class_mean_iou']['mean']:.4f} class mean IoU, "
+             f"the {other} page {summary[other]['class_mean_iou']['mean']:.4f}): the recipe's class mean IoU, "
+             f"{recipe['class_mean_iou']['mean']:.4f}, is "
+             + (f"{ratio:.2f} times its" if ratio is not None else "above its 0")
+             + (f", its category mean IoU {recipe['category_mean_iou']['mean']:.4f} against "
+                f"{baseline['category_mean_iou']['mean']:.4f} ({delta:+.4f})" if delta is not None else "")
+             + f"; the margin looked for ({summary['margin']} times the class mean IoU"
+             + (", and no less category mean IoU" if delta is not None else "")
+             + f") is {'met' if summary['margin_met'] else 'not met'}.")
+    reached = runs[-1]["recipe"].get("time_to_iou")
     if reached:
-        text += (f" The recipe's learning curve first reached a mean IoU of {benchmark['target_iou']} at step "
-                 f"{reached['step']}, {reached['seconds']:.0f} s after its start.")
-    if target:
+        text += (f" The last seed's learning curve first reached a class mean IoU of {benchmark['target_iou']} at "
+                 f"step {reached['step']}, {reached['seconds']:.0f} s after its start.")
+    target = benchmark.get("target_run")
+    if target and target.get("reached", True):
         text += (f" Run with `--target mean_iou={benchmark['target_iou']}`, it reached it at step "
-                 f"{target['target_step']}, "
-                 f"{target['time_to_target']:.0f} s after its start, and its process ended "
-                 f"{target['wall_seconds'] - target['time_to_target']:.1f} s later, checkpoint, results and export "
-                 f"included: {target['wall_seconds']:.0f} s from start to exit.")
-    return rows, table + ["", prose(text)]
+                 f"{target['target_step']}, {target['time_to_target']:.0f} s after its start, and its process "
+                 f"ended {target['wall_seconds'] - target['time_to_target']:.1f} s later, checkpoint, results and "
+                 f"export included: {target['wall_seconds']:.0f} s from start to exit.")
+    elif target:
+        text += (f" Run with `--target mean_iou={benchmark['target_iou']}`, it did not reach it in "
+                 f"{target['steps']} steps.")
+    data, git = benchmark["data"], benchmark.get("git") or {}
+    loads = [run["recipe"]["load_average"]["start"][0] for run in runs]
+    text += (f" Data: {data['train_examples']} training and {data['val_examples']} val scenes, fingerprint "
+             f"`{data['sha256'][:12]}` (sha256 of the prepared train.json and val.json); commit "
+             f"`{(git.get('commit') or '?')[:12]}`{' with uncommitted changes' if git.get('dirty') else ''}; "
+             f"the load average (1 min) at the recipe runs' starts {min(loads):.1f}–{max(loads):.1f}.")
+    return text
 
 
 def per_category_lines(results: dict, metrics: dict) -> list[str]:
-    """Segmentation: which categories the model learnt (IoU above 0) and which not."""
-    per_category = metrics.get("iou_per_category")
-    if not (per_category and results.get("classes")):
-        return []
-    pairs = list(zip(results["classes"], per_category, strict=False))
-    learnt = ", ".join(f"{name} {iou:.3f}" for name, iou in pairs if iou)
-    unlearnt = ", ".join(name for name, iou in pairs if not iou)
-    return ["", prose(f"IoU per category: {learnt}" + (f"; 0 for {unlearnt}." if unlearnt else "."))]
+    """Segmentation: which classes, and categories, the model learnt (IoU above 0) and which not."""
+    groups = [("class", results.get("classes"), metrics.get("iou_per_class")),
+              ("category", results.get("categories"), metrics.get("iou_per_category"))]
+    if metrics.get("iou_per_class") is None:  # a run of before the 19 classes: its "classes" were categories
+        groups = [("category", results.get("classes"), metrics.get("iou_per_category"))]
+    lines = []
+    for kind, names, values in groups:
+        if not (names and values):
+            continue
+        pairs = list(zip(names, values, strict=False))
+        learnt = ", ".join(f"{name} {iou:.3f}" for name, iou in pairs if iou)
+        unlearnt = ", ".join(name for name, iou in pairs if iou == 0)
+        absent = ", ".join(name for name, iou in pairs if iou is None)  # neither in the truth nor predicted
+        lines += ["", prose(f"IoU per {kind}: {learnt or 'none above 0'}" + (f"; 0 for {unlearnt}" if unlearnt else "")
+                            + (f"; none for {absent}, neither in the val scenes nor predicted" if absent else "")
+                            + ".")]
+    return lines
 
 
 def prose(text: str) -> str:
@@ -372,10 +456,11 @@ def plot(recipe: str, results: dict, path: str, replicated: tuple[dict, ...] = (
         axis.plot([], [], " ", label=f"baseline ({baseline_key}): {baseline:.4f}")
     else:
         axis.axhline(baseline, color="grey", linestyle=":", label=f"baseline ({baseline_key}): {baseline:.4f}")
-    if benchmark and benchmark.get("kind") == SIDE_BY_SIDE:
-        script = benchmark["rounds"][-1]["baseline"]
-        axis.plot([script["trained_seconds"]], [script["mean_iou"]], marker="X", linestyle="none", color="black",
-                  label=f"keras.io-style U-Net, same time: {script['mean_iou']:.4f}")
+    if benchmark and benchmark.get("kind") == SIDE_BY_SIDE and "runs" in benchmark:
+        for version, marker in (("current", "X"), ("2020", "P")):  # the last seed's baselines, at their end
+            script = benchmark["runs"][-1]["baselines"][version]
+            axis.plot([script["trained_seconds"]], [script["mean_iou"]], marker=marker, linestyle="none",
+                      color="black", label=f"keras.io U-Net, {version} page: {script['mean_iou']:.4f}")
     axis.set_xlabel("wall seconds since the start")
     axis.set_ylabel(f"{spec['split']} {metric}")
     axis.set_title(f"{recipe}: {flags_of(results.get('command', []))}", fontsize=9)

@@ -11,8 +11,11 @@
   short-script baseline, `mnist_baseline.py` (a keras-io-style convnet), run side by side
   (`python -m ci.bench.time_to_accuracy`);
 - `segmentation.py`: cityscapes-unet's `--preset cpu` against the short-script baseline,
-  `cityscapes_baseline.py` (a keras.io-style U-Net), given the same wall time, both scored at the
-  categories' full resolution, and the recipe's time to a mean IoU (`python -m ci.bench.segmentation`).
+  `cityscapes_baseline.py` (keras.io's U-Net-like example as its current and its 2020 page train it),
+  given the same wall time, over several seeds, all scored as cityscapesScripts scores (class and
+  category IoU at the labels' full resolution), and the recipe's time to a mean IoU
+  (`python -m ci.bench.segmentation`); `seed_cityscapes.py` puts the seed workshop's 100 scenes in the
+  official Cityscapes layout it is run on.
 
 The recipes' input-pipeline benchmarks stay in their folders (`recipes/*/benchmark_input.py`) and
 share common/tf_recipes/pipeline_bench.py.

@@ -2,19 +2,20 @@
 U-Net decoder on keras.applications' ResNet50 (build_resnet50_unet), optionally ImageNet-pretrained.
 
 Why: the plain UNet of model.py (3x3 convolutions, two per level, four max-pools) sees at most 200x200
-input pixels per output pixel, a fifth of a 1024x2048 scene's height, and less than half of a 512x1024
-training crop's. A pixel of road and one of sidewalk look alike in such a window; what tells them apart
-lies farther away. Theoretical receptive fields, from ci/bench/cityscapes_full.py's receptive_field (the
-span of input pixels one output pixel depends on, through the convolutions alone; the image-level pooling
-of the context module adds the whole input):
+input pixels per output pixel, a fifth of a 1024x2048 scene's height and less than half of a 512x1024
+training crop's; road and sidewalk look alike in such a window, and what tells them apart lies farther away.
+Theoretical receptive fields (the span of input pixels one output pixel depends on through the convolutions
+and poolings), counted from each model's graph by ci/bench/cityscapes_full.py's receptive_field (the plain
+UNet's 200 px matches the hand count, and a gradient taken through it spans 188 px at the centre pixel):
 
-    plain UNet, depth 4 (build_unet)                      200 px
-    UNet, depth 4, context module at stride 16 (6/12/18)  776 px + the whole image (pooling)
-    ResNet50 U-Net, context module at stride 32 (3/6/9)  1,123 px + the whole image (pooling)
+    plain UNet, 32 filters, depth 4 (build_unet)                      200 px
+    the same, context module in place of its bottleneck (6/12/18)     712 px + the whole input (pooling)
+    ResNet50 (483 px) U-Net, context module at stride 32 (3/6/9)    1,231 px + the whole input (pooling)
 
-so the last two cover a 512x1024 crop's height (and, with the pooled branch, all of it). A normalisation
-is passed in as a factory, `normalization(channels, name)` -> a Keras layer or None, so that this module
-needs nothing from model.py (which imports it): model.py passes
+so the last two cover a 512x1024 crop's height, and through the pooled branch every pixel sees all of it.
+
+A normalisation is passed in as a factory, `normalization(channels, name)` -> a Keras layer or None, so that
+this module needs nothing from model.py (which imports it): model.py passes
 `lambda channels, name: normalization_layer(kind, channels, name, 1)`.
 """
 import os

@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from encoders import build_resnet50_unet
 from labels import IGNORE
 
 
@@ -61,6 +62,19 @@ def build_unet(filters=32, depth=4, dropout=0.0, normalization="none", num_class
     # The softmax head stays float32 under --amp: the loss needs the precision.
     outputs = keras.layers.Conv2D(num_classes, 1, activation="softmax", dtype="float32", name="categories")(x)
     return keras.Model(inputs, outputs, name=f"unet_f{filters}_d{depth}")
+
+
+MODELS = ("unet", "resnet50-unet")
+
+
+def build_model(name, num_classes, filters=32, depth=4, dropout=0.0, normalization="none", encoder_weights=None):
+    """`name` of MODELS: the UNet above, or a U-Net decoder with a context module on ResNet50 (encoders.py),
+    whose `encoder_weights` are None (from scratch), "imagenet" or a file of ResNet50's weights."""
+    if name == "resnet50-unet":
+        return build_resnet50_unet(num_classes, lambda channels, layer: normalization_layer(normalization, channels,
+                                                                                            layer, 1),
+                                   encoder_weights, dropout)
+    return build_unet(filters, depth, dropout, normalization, num_classes=num_classes)
 
 
 def at_truth_size(y_true, y_pred):

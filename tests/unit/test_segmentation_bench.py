@@ -45,7 +45,8 @@ def stand_ins(tmp_path, monkeypatch):
 
     def target_run(data_dir, results_dir, log, seed, extra, target_iou):
         asked["target"].append({"seed": seed, "target_iou": target_iou})
-        return {"seed": seed, "reached": True}
+        return {"seed": seed, "reached": True, "target_step": 75, "time_to_target": 80.0, "after_target_seconds": 3.0,
+                "steps": 75, "wall_seconds": 83.0}
 
     for name, function in (("recipe_run", recipe_run), ("baseline_run", baseline_run), ("target_run", target_run)):
         monkeypatch.setattr(segmentation, name, function)
