@@ -1,4 +1,4 @@
-"""Context for the cityscapes-unet models: an atrous spatial pyramid pooling block (context_module) and a
+"""Context for this recipe's models: an atrous spatial pyramid pooling block (context_module) and a
 U-Net decoder on keras.applications' ResNet50 (build_resnet50_unet), optionally ImageNet-pretrained.
 
 Why: the plain UNet of model.py (3x3 convolutions, two per level, four max-pools) sees at most 200x200
