@@ -31,6 +31,14 @@ RUN_AS_WRITTEN_BY = (REPO / "tests" / "integration" / "test_documented_commands.
 
 # Documented commands that are neither dry-run nor run here, each with the reason.
 NOT_RUN_HERE = {
+    "python recipes/cityscapes-unet/train.py --preset cpu --data-dir data/cityscapes --results-dir results/cs "
+    "--predict-dir results/cs/predicted --predict-format labelids":
+        "the cpu preset's 600 steps on the real release; tests/integration/test_cityscapes_launchers.py runs the "
+        "same --predict-dir and --predict-format labelids under every launcher on the generated release",
+    "CITYSCAPES_DATASET=~/datasets/cityscapes CITYSCAPES_RESULTS=results/cs/predicted CITYSCAPES_EXPORT_DIR=results/cs "
+    "csEvalPixelLevelSemanticLabeling":
+        "needs the run above; tests/cityscapes_data.py's official_evaluation runs csEvalPixelLevelSemanticLabeling "
+        "with these three variables on every launcher test's predictions",
     "bash ci/setup.sh":
         "sets up the machine this suite runs on (.venv, TensorFlow, Horovod's build); CI runs it before the suite",
     "bash ci/test.sh":

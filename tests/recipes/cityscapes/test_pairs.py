@@ -99,6 +99,8 @@ def test_mixed_sizes_are_refused_until_size_resizes_them(tmp_path):
     ("- {name: sky, colour: [1, 2]}\n", "colour [1, 2] is neither"),
     ("[unclosed\n", "not valid YAML"),
     ("{}\n", "expected a list of classes"),
+    ("- {name: sky, ignore: maybe}\n- grass\n", "ignore 'maybe' is neither true nor false"),
+    ("- {name: sky, ignore: true}\n", "every class is marked ignore: true"),
 ])
 def test_a_bad_classes_file_gets_one_line(tmp_path, classes_text, expected):
     write_pairs(tmp_path / "src", count=4, masks="ids")
@@ -138,3 +140,27 @@ def test_the_unet_trains_on_the_pairs_with_their_classes_and_predicts_in_their_c
     assert list(areas["class_fractions"]) == NAMES and abs(sum(areas["class_fractions"].values()) - 1) < 1e-6
     overlay = np.asarray(Image.open(tmp_path / "pred" / "field_000.png"))
     assert overlay.shape == (64, 128, 3)
+
+
+def test_a_class_marked_ignore_counts_in_neither_loss_nor_metric_and_is_not_predicted(tmp_path):
+    """classes.json marks grass `ignore: true`: the model learns sky and pond only, and grass pixels reach
+    training and evaluation as IGNORE."""
+    src = tmp_path / "src"
+    written = write_pairs(src, count=8, size=(32, 64), masks="ids", classes_format="json")
+    classes = [dict(c, ignore=True) if c["name"] == "grass" else c for c in CLASSES]
+    (src / "classes.json").write_text(json.dumps(classes))
+    assert_ok(prepare(src, tmp_path / "data", classes="classes.json"))
+    data = recipe_module("cityscapes-unet", "data")
+    view = data.view(tmp_path / "data")
+    assert view["names"] == ["sky", "pond"]
+    ignore = recipe_module("cityscapes-unet", "labels").IGNORE
+    val_ids = read_index(tmp_path / "data", "val")["examples"]
+    for (_, truth), stem in zip(data.make_eval_dataset(tmp_path / "data", batch_size=1).as_numpy_iterator(),
+                                val_ids, strict=True):
+        expected = np.array([0, ignore, 1])[written[stem]]  # sky 0, grass ignored, pond 1
+        np.testing.assert_array_equal(truth[0], expected)
+    run = tmp_path / "run"
+    assert_ok(run_python(f"{RECIPE}/train.py", "--preset", "tiny", "--crop", "32x64", "--data-dir",
+                         str(tmp_path / "data"), "--max-steps", "2", "--results-dir", str(run), "--no-export"))
+    results = json.loads((run / "results.json").read_text())
+    assert results["classes"] == ["sky", "pond"] and len(results["final_metrics"]["val"]["iou_per_class"]) == 2

@@ -58,9 +58,21 @@ def check_segmentation_export(tmp_path):
 @pytest.mark.parametrize("args,message", [
     ([], "--data-dir is required"),
     (["--data-dir", "/nonexistent"], "prepare_data.py"),
-    (["--crop", "100x200", "--benchmark"], "multiples of 16"),
+    (["--crop", "100x200", "--benchmark"], "multiples of 32"),  # the full preset's ResNet50 halves 5 times
+    (["--encoder-weights", "/nonexistent/resnet50.h5"], "is neither imagenet, none nor a file of ResNet50's"),
 ])
 def test_bad_input_is_named(args, message):
     process = run_python(f"{RECIPE}/train.py", "--max-steps", "1", *args)
     assert process.returncode == 2, process.stderr[-2000:]
     assert message in process.stderr and "Traceback" not in process.stderr
+
+
+def test_the_categories_view_trains_the_7_categories_with_void_ignored(prepared, tmp_path):
+    process = run_python(f"{RECIPE}/train.py", "--preset", "tiny", "--data-dir", str(prepared), "--max-steps", "2",
+                         "--classes", "categories", "--results-dir", str(tmp_path / "run"), "--no-export")
+    assert_ok(process)
+    results = read_results(tmp_path / "run")
+    assert results["view"] == "categories" and results["classes"] == [
+        "flat", "construction", "object", "nature", "sky", "human", "vehicle"]
+    assert len(results["final_metrics"]["val"]["iou_per_class"]) == 7
+    assert "category_mean_iou" not in results["final_metrics"]["val"]  # the classes are the categories
