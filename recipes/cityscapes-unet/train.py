@@ -123,7 +123,7 @@ def parse_args(argv=None):
     model.add_argument("--encoder-weights", type=encoder_weights,
                        help="resnet50-unet's encoder: imagenet (Keras downloads them), a file of ResNet50's weights "
                             f"({IMAGENET_FILE}, for a machine that cannot download), or none: from scratch "
-                            "(default: the preset's, imagenet for full)")
+                            "(default: the preset's, imagenet for full; --benchmark starts from scratch)")
     model.add_argument("--iterations", type=cli.positive_int,
                        help="train this many global steps, the rate's schedule spanning them (default: the "
                             "preset's, 80000 for full; the others count --epochs)")
@@ -358,7 +358,8 @@ def main(args):
     trainer = training.Trainer(launcher, RECIPE, args, num_examples=num_examples)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
-        model = build_model(args, len(class_names), args.encoder_weights)
+        # --benchmark measures compute on generated tensors: the encoder's weights do not change it
+        model = build_model(args, len(class_names), None if args.benchmark else args.encoder_weights)
         # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
         rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps, args.lr_schedule,
                                       trainer.planned_steps)
