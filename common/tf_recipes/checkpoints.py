@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -60,6 +61,26 @@ def results_complete(path: str, steps: int, target=None) -> bool:
             and (target is None or (results.get("target") == str(target) and results.get("target_step") == steps)))
 
 
+def listed_checkpoints(folder: str) -> list[str]:
+    """The checkpoints in `folder` found by listing its files (ckpt-N with its .index), newest first."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    steps = sorted((int(match[1]) for match in map(re.compile(r"ckpt-(\d+)\.index").fullmatch, names) if match),
+                   reverse=True)
+    return [os.path.join(folder, f"ckpt-{step}") for step in steps]
+
+
+def state_checkpoint(folder: str) -> str | None:
+    """The newest checkpoint as `folder`'s state file names it; None when it names none, or cannot be read
+    (TensorFlow returns None for a torn file and raises for an empty one)."""
+    try:
+        return tf.train.latest_checkpoint(folder)
+    except Exception:  # ValueError, OpError, a protobuf DecodeError: every way a state file fails to parse
+        return None
+
+
 class Checkpoints:
     """RESULTS/checkpoints of one run: check the resume target, restore, save, and stop with a
     checkpoint. `identity` is what a resumed run must match (Trainer.run_identity)."""
@@ -75,7 +96,7 @@ class Checkpoints:
     def check_resume_target(self) -> None:
         """--resume, before anything is built or written: refuse a checkpoint from other settings or past
         this run's last step; end a run that already finished (RunFinished)."""
-        latest = tf.train.latest_checkpoint(self.folder) if self.resume else None
+        latest = self.latest() if self.resume else None
         if not latest:
             return
         self._check_identity(latest)
@@ -95,6 +116,14 @@ class Checkpoints:
             log(self.launcher, f"--resume: the run already finished at step {reached}; its results are in "
                                f"{results}; nothing to do")
             raise RunFinished(results)
+
+    def latest(self) -> str | None:
+        """The checkpoint to resume: the state file's, or when that file cannot be read while checkpoints are
+        there, the newest found by listing. A damaged state file is never taken as "no checkpoint": that would
+        start over and overwrite, then delete, the checkpoints it lost track of."""
+        latest = state_checkpoint(self.folder)
+        listed = listed_checkpoints(self.folder)
+        return latest or (listed[0] if listed else None)
 
     def _check_identity(self, latest: str) -> None:
         """Refuse a resume that could not continue the same run (different data order or replicas)."""
@@ -117,9 +146,13 @@ class Checkpoints:
     def restore(self) -> int:
         """The step to start from: the latest checkpoint's under --resume (restored into the tracked
         model and optimizer), else 0. Without --resume, checkpoints already there are refused."""
-        latest = tf.train.latest_checkpoint(self.folder)
+        latest, listed = state_checkpoint(self.folder), listed_checkpoints(self.folder)
         start_step = 0
-        if self.resume and latest:  # check_resume_target has checked its settings and step
+        if self.resume and not latest and listed:  # the state file is damaged: the newest checkpoint that restores
+            latest = self._restore_listed(listed)
+            start_step = int(self.checkpoint.step.numpy())
+            log(self.launcher, f"resumed from {latest} at step {start_step}")
+        elif self.resume and latest:  # check_resume_target has checked its settings and step
             try:
                 self.checkpoint.restore(latest).assert_existing_objects_matched()
             except Exception as error:  # a truncated or foreign file fails in many ways (OpError, IndexError, ...)
@@ -132,14 +165,36 @@ class Checkpoints:
             log(self.launcher, f"resumed from {latest} at step {start_step}")
         elif self.resume:
             log(self.launcher, f"--resume: no checkpoint in {self.folder}, starting from step 0")
-        elif latest:
+        elif latest or listed:
             raise FileExistsError(
-                f"{self.folder} already holds checkpoints ({os.path.basename(latest)}); "
+                f"{self.folder} already holds checkpoints ({os.path.basename(latest or listed[0])}); "
                 "pass --resume to continue that run, or choose another --results-dir")
         # Distributed: the chief removes the stop marker
         if self.resume and self.launcher.is_chief and os.path.exists(stopped_marker(self.results_dir)):
             os.remove(stopped_marker(self.results_dir))  # this run continues the stopped one
         return start_step
+
+    def _restore_listed(self, listed: list[str]) -> str:
+        """Restore the newest of `listed` that restores, say so in one line, and write the state file again
+        from the listing (the chief), so that the checkpoint manager keeps and deletes what is there."""
+        state_file = os.path.join(self.folder, "checkpoint")
+        for candidate in listed:
+            try:
+                self.checkpoint.restore(candidate).assert_existing_objects_matched()
+            except Exception:  # torn or foreign: the one before
+                continue
+            log(self.launcher, f"{state_file} cannot be read; resuming from {os.path.basename(candidate)}, the "
+                               f"newest of the {len(listed)} checkpoints listed in {self.folder} that restores")
+            if self.launcher.is_chief:  # Distributed: the chief writes the state file again
+                # with their times, which mark them the manager's to delete (without, it keeps them forever)
+                oldest_first = list(reversed(listed[listed.index(candidate):]))  # those after it did not restore
+                times = [os.path.getmtime(path + ".index") for path in oldest_first]
+                tf.compat.v1.train.update_checkpoint_state(
+                    self.folder, candidate, all_model_checkpoint_paths=oldest_first,
+                    all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
+            return candidate
+        raise ResumeError(f"{state_file} cannot be read, and none of the {len(listed)} checkpoints listed in "
+                          f"{self.folder} restores into this model; start over in another --results-dir")
 
     def save(self) -> None:
         """A checkpoint of the tracked step, and run.json beside it (the chief's copy is kept)."""

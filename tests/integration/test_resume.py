@@ -27,6 +27,43 @@ def test_resume_continues_the_same_run(tmp_path):
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
 
 
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory):
+    whole = tmp_path_factory.mktemp("whole")
+    assert_ok(run_python(*ARGS, "--max-steps", "20", "--results-dir", str(whole)))
+    return whole
+
+
+def tear(path, keep):
+    data = path.read_bytes()
+    path.write_bytes(data[:keep(len(data))])
+
+
+@pytest.mark.parametrize("damage", ["torn state", "empty state", "torn state and newest checkpoint"])
+def test_a_damaged_state_file_resumes_from_the_newest_listed_checkpoint_that_restores(whole_run, tmp_path, damage):
+    """checkpoints/checkpoint cut mid-line or emptied (a kill while TensorFlow rewrote it, a full disk) is not
+    "no checkpoint": --resume lists the folder and continues from the newest checkpoint that restores, and ends
+    where the uninterrupted run ends; without --resume the folder is still refused."""
+    parts = tmp_path / "parts"
+    assert_ok(run_python(*ARGS, "--max-steps", "10", "--results-dir", str(parts)))
+    folder = parts / "checkpoints"
+    tear(folder / "checkpoint", (lambda n: n // 2) if damage != "empty state" else (lambda n: 0))
+    if damage == "torn state and newest checkpoint":
+        (data,) = folder.glob("ckpt-10.data-*")
+        tear(data, lambda n: n // 3)
+    refused = run_python(*ARGS, "--max-steps", "20", "--results-dir", str(parts))
+    assert refused.returncode == 2 and "already holds checkpoints" in refused.stderr, refused.stderr[-2000:]
+    resumed = run_python(*ARGS, "--max-steps", "20", "--results-dir", str(parts), "--resume")
+    assert_ok(resumed)
+    step = 5 if damage == "torn state and newest checkpoint" else 10
+    assert f"{folder / 'checkpoint'} cannot be read; resuming from ckpt-{step}" in resumed.stdout, resumed.stdout
+    assert f"at step {step}" in resumed.stdout and "starting from step 0" not in resumed.stdout
+    expected, got = load_weights(whole_run), load_weights(parts)
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    assert sorted(path.name for path in folder.glob("ckpt-*.index")) == ["ckpt-15.index", "ckpt-20.index"]
+
+
 def test_existing_checkpoints_are_not_overwritten_without_resume(tmp_path):
     assert_ok(run_python(*ARGS, "--max-steps", "5", "--results-dir", str(tmp_path)))
     again = run_python(*ARGS, "--max-steps", "5", "--results-dir", str(tmp_path))
