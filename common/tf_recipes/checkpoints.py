@@ -15,7 +15,7 @@ import tempfile
 import tensorflow as tf
 
 from tf_recipes.cli import amp_flags
-from tf_recipes.contract import RESULT_FIELDS, RESULTS_FILE, RunFinished, StopRequested, UserError
+from tf_recipes.contract import EXPORT_DIR, RESULT_FIELDS, RESULTS_FILE, RunFinished, StopRequested, UserError
 from tf_recipes.launchers import Launcher
 from tf_recipes.reporting import disk_full_is_one_line, log, nbytes, write_json
 from tf_recipes.stopping import StopFlag, stopped_marker
@@ -67,8 +67,8 @@ def listed_checkpoints(folder: str) -> list[str]:
         names = os.listdir(folder)
     except OSError:
         return []
-    steps = sorted((int(match[1]) for match in map(re.compile(r"ckpt-(\d+)\.index").fullmatch, names) if match),
-                   reverse=True)
+    named = (re.fullmatch(r"ckpt-(\d+)\.index", name) for name in names)
+    steps = sorted((int(match[1]) for match in named if match), reverse=True)
     return [os.path.join(folder, f"ckpt-{step}") for step in steps]
 
 
@@ -81,14 +81,27 @@ def state_checkpoint(folder: str) -> str | None:
         return None
 
 
+def exported_since(results_dir: str, since: float) -> bool:
+    """RESULTS/export holds a whole version (its saved_model.pb: a version appears whole or not at all)
+    written at or after `since`, a time from os.path.getmtime."""
+    base = os.path.join(results_dir, EXPORT_DIR)
+    try:
+        versions = [name for name in os.listdir(base) if name.isdigit()]
+    except OSError:
+        return False
+    return any(os.path.isfile(path) and os.path.getmtime(path) >= since
+               for path in (os.path.join(base, version, "saved_model.pb") for version in versions))
+
+
 class Checkpoints:
     """RESULTS/checkpoints of one run: check the resume target, restore, save, and stop with a
     checkpoint. `identity` is what a resumed run must match (Trainer.run_identity)."""
 
     def __init__(self, launcher: Launcher, results_dir: str, resume: bool, identity: dict, total_steps: int,
-                 target=None):
+                 target=None, export: bool = True):
         self.launcher, self.results_dir, self.resume = launcher, results_dir, resume
         self.identity, self.total_steps, self.target = identity, total_steps, target
+        self.export = export  # a finished run wrote results.json, the weights and (unless --no-export) the export
         self.folder = os.path.join(results_dir, CHECKPOINTS_DIR)
         self.identity_path = os.path.join(self.folder, IDENTITY_FILE)
         self.checkpoint = None
@@ -110,9 +123,11 @@ class Checkpoints:
                 f"(--max-steps/--epochs); pass --max-steps {reached} or more (or enough --epochs) to "
                 "continue it, or start over in another --results-dir")
         results = os.path.join(self.results_dir, RESULTS_FILE)
-        # Finished: at its last step, or where it reached this run's --target
+        # Finished: at its last step, or where it reached this run's --target, with everything a run promises
+        # written (results.json before the export: a run killed between them goes on to write the export)
         if (reached == self.total_steps or self.target) and results_complete(
-                results, reached, None if reached == self.total_steps else self.target):
+                results, reached, None if reached == self.total_steps else self.target) and (
+                not self.export or exported_since(self.results_dir, os.path.getmtime(results))):
             log(self.launcher, f"--resume: the run already finished at step {reached}; its results are in "
                                f"{results}; nothing to do")
             raise RunFinished(results)
@@ -148,7 +163,7 @@ class Checkpoints:
         model and optimizer), else 0. Without --resume, checkpoints already there are refused."""
         latest, listed = state_checkpoint(self.folder), listed_checkpoints(self.folder)
         start_step = 0
-        if self.resume and not latest and listed:  # the state file is damaged: the newest checkpoint that restores
+        if self.resume and not latest and listed:  # a damaged state file: the newest checkpoint that restores
             latest = self._restore_listed(listed)
             start_step = int(self.checkpoint.step.numpy())
             log(self.launcher, f"resumed from {latest} at step {start_step}")
@@ -187,7 +202,8 @@ class Checkpoints:
                                f"newest of the {len(listed)} checkpoints listed in {self.folder} that restores")
             if self.launcher.is_chief:  # Distributed: the chief writes the state file again
                 # with their times, which mark them the manager's to delete (without, it keeps them forever)
-                oldest_first = list(reversed(listed[listed.index(candidate):]))  # those after it did not restore
+                # (without those after it: they did not restore)
+                oldest_first = list(reversed(listed[listed.index(candidate):]))
                 times = [os.path.getmtime(path + ".index") for path in oldest_first]
                 tf.compat.v1.train.update_checkpoint_state(
                     self.folder, candidate, all_model_checkpoint_paths=oldest_first,

@@ -62,6 +62,32 @@ def forwarding_stop_signals(processes):
             signal.signal(signum, handler)
 
 
+@contextlib.contextmanager
+def first_interrupt_waits(processes):
+    """While inside, a first SIGINT does not end the wait for `processes`: a terminal's Ctrl-C reached them
+    too (one process group), and they stop with a checkpoint; they get it from here only when they run in a
+    group of their own. A second SIGINT raises KeyboardInterrupt, as Python's default does."""
+    interrupts = []
+
+    def interrupt(signum, frame):
+        interrupts.append(signum)
+        if len(interrupts) > 1:
+            raise KeyboardInterrupt
+        for process in list(processes):
+            with contextlib.suppress(ProcessLookupError):  # gone meanwhile
+                if process.poll() is None and os.getpgid(process.pid) != os.getpgrp():
+                    process.send_signal(signum)
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background: SIGINT stays ignored
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def stopped_with_parent():
     """A `preexec_fn` for subprocess.Popen: the child gets SIGTERM when the thread that starts it ends (Linux)."""
     if not sys.platform.startswith("linux"):
@@ -168,7 +194,7 @@ def main(argv=None) -> int:
     workers = start_workers(command, worker_environments(args.nproc, ports, args.gpus_per_worker, hosts,
                                                          args.node_index))
     code = 0
-    with forwarding_stop_signals(workers):
+    with forwarding_stop_signals(workers), first_interrupt_waits(workers):
         try:
             while workers and code == 0:
                 for worker in list(workers):

@@ -1,6 +1,7 @@
-"""Stopping a job cleanly on SIGTERM or SIGUSR1 (a scheduler's stop or early warning): a training process
-raises a flag that the loop all-reduces with a step's outputs, so every process stops after the same step
-with a checkpoint and exits with EXIT_STOPPED. Passing the signals on to child processes is
+"""Stopping a job cleanly on SIGTERM or SIGUSR1 (a scheduler's stop or early warning) or a terminal's Ctrl-C
+(SIGINT to the whole process group): a training process raises a flag that the loop all-reduces with a
+step's outputs, so every process stops after the same step with a checkpoint and exits with EXIT_STOPPED.
+A second Ctrl-C stops at once (KeyboardInterrupt, status 130). Passing the signals on to child processes is
 tf_recipes.spawn's."""
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class StopFlag:
     a MultiWorkerMirroredStrategy exists, which replaces any SIGTERM handler installed before."""
 
     signal_name: str | None = None
+    interrupts = 0  # SIGINTs received
 
     @property
     def requested(self) -> bool:
@@ -41,7 +43,17 @@ class StopFlag:
     def install(self) -> "StopFlag":
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._handle)
+        # Ctrl-C only where SIGINT is not ignored: a job started in the background keeps ignoring it
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, self._interrupt)
         return self
+
+    def _interrupt(self, signum, frame) -> None:
+        self.interrupts += 1
+        if self.interrupts > 1:  # the second Ctrl-C: at once
+            raise KeyboardInterrupt
+        self._handle(signum, frame)
+        print("(Ctrl-C again to stop at once, without a checkpoint)", file=sys.stderr, flush=True)
 
     def _handle(self, signum, frame) -> None:
         if self.signal_name is None:

@@ -177,7 +177,7 @@ class Trainer:
                             f"and this run computes in {self.precision}; add --amp float16 (a bare --amp is float16 "
                             "only on a GPU) or leave --loss-scale-initial out")
         self.checkpoints = Checkpoints(self.launcher, self.results_dir, self.resume, self.run_identity(),
-                                       self.total_steps, self.target)
+                                       self.total_steps, self.target, self.export)
         self.checkpoint_dir = self.checkpoints.folder
         self.eval_interval = evaluating.eval_interval(self.eval_every, self.total_steps, self.steps_per_epoch)
         self.curve = evaluating.Curve(self.checkpoint_dir, self.global_batch, self.target)

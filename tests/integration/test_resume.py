@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from error_checks import without_tf_log
-from helpers import assert_ok, run_python
+from helpers import REPO, assert_ok, read_results, run_python
 from test_mnist_launchers import load_weights
 
 pytestmark = pytest.mark.slow
@@ -62,6 +62,34 @@ def test_a_damaged_state_file_resumes_from_the_newest_listed_checkpoint_that_res
     for name in expected:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
     assert sorted(path.name for path in folder.glob("ckpt-*.index")) == ["ckpt-15.index", "ckpt-20.index"]
+
+
+def test_a_run_killed_while_it_exports_resumes_into_its_export(tmp_path):
+    """SIGKILL as soon as the export's .partial- folder appears (results.json is written before it): --resume
+    does not take the run as finished; it writes the export, and the run's results stay whole."""
+    import signal
+    import subprocess
+    import time
+
+    run = subprocess.Popen([sys.executable, *ARGS, "--max-steps", "5", "--results-dir", str(tmp_path)],
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    export = tmp_path / "export"
+    deadline = time.monotonic() + 600
+    while run.poll() is None and time.monotonic() < deadline:
+        if export.is_dir() and any(name.startswith(".partial-") for name in os.listdir(export)):
+            run.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    assert run.wait(timeout=60) == -signal.SIGKILL, "the run ended before its export began"
+    assert (tmp_path / "results.json").is_file() and not (export / "1").exists()
+    resumed = run_python(*ARGS, "--max-steps", "5", "--results-dir", str(tmp_path), "--resume")
+    assert_ok(resumed)
+    assert "already finished" not in resumed.stdout + resumed.stderr
+    assert (export / "1" / "saved_model.pb").is_file() and read_results(tmp_path)["steps"] == 5
+    again = run_python(*ARGS, "--max-steps", "5", "--results-dir", str(tmp_path), "--resume")
+    assert_ok(again)
+    assert "already finished" in again.stdout  # now it is
 
 
 def test_existing_checkpoints_are_not_overwritten_without_resume(tmp_path):

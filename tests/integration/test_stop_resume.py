@@ -5,8 +5,10 @@ job after the same step, leave a checkpoint of that step, and end with status 14
 "stopped, retry with --resume"). `--resume` then finishes with fingerprints equal to those of a run
 that was never stopped. The model is the default one: dropout on.
 """
+import os
 import re
 import signal
+import time
 
 import pytest
 
@@ -94,6 +96,50 @@ def test_a_stopped_job_checkpoints_together_and_resumes_exactly(launcher, signam
     assert f"at step {step}" in resumed.stdout
     assert not (tmp_path / "stopped.json").exists()
     assert read_results(tmp_path)["replica_fingerprints"] == uninterrupted(launcher)
+
+
+@pytest.mark.parametrize("launcher", ["single", "multiworker"])
+def test_a_terminal_s_ctrl_c_stops_like_sigterm_and_resumes_exactly(launcher, tmp_path, uninterrupted):
+    """Ctrl-C sends SIGINT to the whole foreground process group: invoke, tf_recipes.spawn and every worker.
+    The job checkpoints together and exits 143, as on SIGTERM, and --resume ends where a run nobody stopped
+    ends."""
+    job = Job(*invoke_args(launcher, tmp_path), interruptible=True)
+    try:
+        job.wait_for_step(10)
+        wait_for_processes(tmp_path, PROCESSES[launcher])
+        os.killpg(job.process.pid, signal.SIGINT)
+        job.wait(timeout=60)
+    finally:
+        job.kill()
+    output = job.output()
+    assert job.process.returncode == 143, output[-6000:]
+    stops = set(re.findall(r"stopped at step (\d+) of", output))
+    assert len(stops) == 1 and "SIGINT received" in output, output[-6000:]
+    step = int(stops.pop())
+    assert (tmp_path / "checkpoints" / f"ckpt-{step}.index").is_file() and (tmp_path / "stopped.json").is_file()
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
+    resumed = run_invoke(*invoke_args(launcher, tmp_path, "--resume"))
+    assert_ok(resumed)
+    assert f"at step {step}" in resumed.stdout
+    assert read_results(tmp_path)["replica_fingerprints"] == uninterrupted(launcher)
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    """Steps slowed to 4 s each (the nightly's slowed control): the first Ctrl-C would wait for the step to
+    end and write stopped.json with its checkpoint; a second one a moment later ends the job at once."""
+    job = Job(*invoke_args("single", tmp_path), env={"TF_RECIPES_FAULT_SLOW_STEP": "4"}, interruptible=True)
+    try:
+        job.wait_for_step(2)
+        os.killpg(job.process.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(job.process.pid, signal.SIGINT)
+        started = time.monotonic()
+        job.wait(timeout=30)
+        ended_within = time.monotonic() - started
+    finally:
+        job.kill()
+    assert job.process.returncode != 0 and ended_within < 3, (ended_within, job.output()[-4000:])
+    assert not (tmp_path / "stopped.json").exists()
 
 
 def test_a_resume_that_cannot_be_exact_is_refused(tmp_path):
