@@ -93,6 +93,41 @@ def exported_since(results_dir: str, since: float) -> bool:
                for path in (os.path.join(base, version, "saved_model.pb") for version in versions))
 
 
+LOCK_FILE = ".lock"  # RESULTS/.lock: held (flock) by the chief of the run writing into RESULTS
+
+
+def hold_results_dir(results_dir: str):
+    """The open RESULTS/.lock, locked for as long as this process lives (the kernel releases it when the
+    process ends, killed or not); a UserError naming the process that holds it, when another run does. Two
+    runs in one folder would overwrite each other's checkpoints, results and export."""
+    import fcntl
+
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, LOCK_FILE)
+    handle = open(path, "a")  # never written: a resumed run that finds nothing to do changes no byte
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = lock_holder(os.fstat(handle.fileno()).st_ino)
+        handle.close()
+        raise UserError(f"{results_dir} is in use by a run that is still going ({holder} holds {path}); wait "
+                        "for it to end, or choose another --results-dir") from None
+    return handle
+
+
+def lock_holder(inode: int) -> str:
+    """'process PID' holding a lock on the file of `inode`, from /proc/locks (Linux), else 'another process'."""
+    try:
+        with open("/proc/locks") as locks:
+            for line in locks:
+                fields = line.split()  # N: FLOCK ADVISORY WRITE PID MAJOR:MINOR:INODE START END
+                if len(fields) > 5 and fields[5].rsplit(":", 1)[-1] == str(inode):
+                    return f"process {fields[4]}"
+    except OSError:
+        pass
+    return "another process"
+
+
 class Checkpoints:
     """RESULTS/checkpoints of one run: check the resume target, restore, save, and stop with a
     checkpoint. `identity` is what a resumed run must match (Trainer.run_identity)."""

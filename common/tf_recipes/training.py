@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_recipes import evaluation as evaluating, export as exporting, reporting
-from tf_recipes.checkpoints import Checkpoints
+from tf_recipes.checkpoints import Checkpoints, hold_results_dir
 from tf_recipes.cli import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RELEASE_THREAD, precision_policy
 from tf_recipes.contract import ClusterError, TargetMissed, UserError
 from tf_recipes.data import DataError, steps_per_epoch
@@ -188,6 +188,8 @@ class Trainer:
         self.checkpoints.check_resume_target()
         if self.export:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
+        # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it writes
+        self._results_lock = hold_results_dir(self.results_dir) if self.launcher.is_chief else None
         # SIGTERM/SIGUSR1 stop the job after a step, with a checkpoint; installed after the launcher's own.
         self.stop_flag = StopFlag().install()
         self.report = reporting.RunReport(self.launcher, self.results_dir, self.global_batch, self.total_steps,

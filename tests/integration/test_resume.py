@@ -92,6 +92,35 @@ def test_a_run_killed_while_it_exports_resumes_into_its_export(tmp_path):
     assert "already finished" in again.stdout  # now it is
 
 
+def test_a_second_run_into_a_folder_in_use_is_refused_and_a_killed_run_holds_it_no_longer(tmp_path):
+    """RESULTS/.lock, held by the chief while it runs: a second run into the same folder (a requeue that
+    raced the first, a typo in two job scripts) refuses in one line naming the running process, and writes
+    nothing; once the first is SIGKILLed, the kernel has released the lock and --resume continues."""
+    import signal
+    import subprocess
+    import time
+
+    first = subprocess.Popen([sys.executable, "-m", "tf_recipes.faults", *ARGS, "--max-steps", "60",
+                              "--results-dir", str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_RECIPES_FAULT_SLOW_STEP": "0.5"})
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "checkpoints" / "ckpt-5.index").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run ended or stalled"
+            time.sleep(0.1)
+        for extra in ([], ["--resume"]):
+            second = run_python(*ARGS, "--max-steps", "10", "--results-dir", str(tmp_path), *extra)
+            assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
+            assert f"{tmp_path} is in use by a run that is still going (process {first.pid} holds" in second.stderr
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    resumed = run_python(*ARGS, "--max-steps", "60", "--results-dir", str(tmp_path), "--resume")
+    assert_ok(resumed)
+    assert "resumed from" in resumed.stdout
+
+
 def test_existing_checkpoints_are_not_overwritten_without_resume(tmp_path):
     assert_ok(run_python(*ARGS, "--max-steps", "5", "--results-dir", str(tmp_path)))
     again = run_python(*ARGS, "--max-steps", "5", "--results-dir", str(tmp_path))
