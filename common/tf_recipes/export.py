@@ -18,6 +18,7 @@ from tf_recipes.atomic import fsync_directory, fsync_tree, write_atomically
 from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
                                  UserError, class_name_problem)
 from tf_recipes.data import DataError
+from tf_recipes.reporting import disk_full_is_one_line, nbytes
 
 CLASSIFICATION, SEGMENTATION = "classification", "segmentation"
 SAVED_MODEL_FILE = "saved_model.pb"  # RESULTS/export/N/saved_model.pb: what makes N a version
@@ -151,7 +152,9 @@ def export_model(launcher, results_dir, model, build, **spec) -> str | None:
     if launcher.is_chief:  # Distributed: only the chief writes the export
         plain = build()
         plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
-        final = publish(results_dir, lambda folder: write_export(folder, plain, **spec))
+        # A full or read-only disk: one line; publish leaves nothing half-written and the versions before intact
+        with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights), "the export"):
+            final = publish(results_dir, lambda folder: write_export(folder, plain, **spec))
         print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded images)", flush=True)
     launcher.barrier()
     return final

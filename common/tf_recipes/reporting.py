@@ -40,17 +40,18 @@ def nbytes(variables) -> int:
 
 
 def disk_full_reason(error) -> str | None:
-    """"No space left on device" / "Disk quota exceeded" when `error` is one of them, else None."""
+    """"No space left on device", "Disk quota exceeded" or "Read-only file system" when `error` is one of
+    them, else None."""
     text = "" if isinstance(error, OSError) and error.errno else str(getattr(error, "message", error))
-    return next((os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT)
+    return next((os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
                  if getattr(error, "errno", None) == code or os.strerror(code) in text), None)
 
 
 @contextlib.contextmanager
 def disk_full_is_one_line(folder: str, needed: int, what: str, also=()):
-    """A write into `folder` that runs out of space (ENOSPC) or quota (EDQUOT) becomes a DiskFullError
-    naming the folder and the bytes needed; what the write left in `folder` (and the files `also`) is
-    removed first, so nothing half-written remains."""
+    """A write into `folder` that runs out of space (ENOSPC) or quota (EDQUOT), or finds it read-only (EROFS),
+    becomes a DiskFullError naming the folder and the bytes needed; what the write left in `folder` (and the
+    files `also`) is removed first, so nothing half-written remains."""
     before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
     free = shutil.disk_usage(folder).free if os.path.isdir(folder) else needed
     if free < needed:  # h5py left a failed file open crashes at exit: do not start a write that cannot end
@@ -69,6 +70,9 @@ def disk_full_is_one_line(folder: str, needed: int, what: str, also=()):
                 shutil.rmtree(path, ignore_errors=True)
             elif os.path.exists(path):
                 os.remove(path)
+        if reason == os.strerror(errno.EROFS):
+            raise DiskFullError(f"{folder} cannot be written ({reason}): writing {what} failed; make it writable "
+                                "again or give --results-dir another folder, and continue with --resume") from None
         raise DiskFullError(f"{folder} is full ({reason}): writing {what} needs about {needed} bytes; "
                             "free space there or give --results-dir a larger folder") from None
 
