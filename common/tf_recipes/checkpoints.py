@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 
 import tensorflow as tf
 
@@ -255,8 +253,9 @@ class Checkpoints:
         if not launcher.is_chief and launcher.traits["collective"] != "strategy":
             return
         directory = self.folder
-        if not launcher.is_chief:  # Strategy: a worker's throwaway checkpoint folder
-            directory = tempfile.mkdtemp(prefix=f"worker{launcher.worker_index}-ckpt-")
+        if not launcher.is_chief:  # Strategy: a worker's throwaway checkpoint, in TensorFlow's in-memory file
+            # system: nothing on disk, so a worker killed while it saves leaves nothing behind
+            directory = f"ram://tf-recipes-worker{launcher.worker_index}-{os.getpid()}-ckpt"
         manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=KEEP)
         needed = nbytes(self.checkpoint.model.variables) + nbytes(self.checkpoint.optimizer.variables)
         with disk_full_is_one_line(directory, needed, "a checkpoint"):
@@ -264,7 +263,7 @@ class Checkpoints:
                 write_json(self.identity_path, self.identity)
             manager.save(checkpoint_number=int(self.checkpoint.step.numpy()))
         if not launcher.is_chief:  # Strategy: the throwaway checkpoint removed
-            shutil.rmtree(directory, ignore_errors=True)
+            tf.io.gfile.rmtree(directory)
 
     def stop(self, step: int, stop_flag: StopFlag) -> None:
         """After the checkpoint of `step`: wait for every process, then leave with StopRequested."""

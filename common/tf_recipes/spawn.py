@@ -31,7 +31,7 @@ import time
 
 from tf_recipes.cli import non_negative_int, positive_int
 from tf_recipes.cluster import build_tf_config
-from tf_recipes.contract import EXIT_STOPPED, GPUS_PER_PROCESS_ENV, host_name_problem
+from tf_recipes.contract import EXIT_CLUSTER, EXIT_STOPPED, GPUS_PER_PROCESS_ENV, host_name_problem
 from tf_recipes.stopping import STOP_SIGNALS, stopped_marker
 from tf_recipes.user_paths import exit_if
 
@@ -201,7 +201,9 @@ def main(argv=None) -> int:
                     status = worker.poll()
                     if status is not None:
                         workers.remove(worker)
-                        code = code or (status if status >= 0 else 128 - status)
+                        # A worker a signal killed (SIGKILL, the OOM killer) is a peer lost: EXIT_CLUSTER,
+                        # what the others exit with once they notice, and what a retry with --resume mends
+                        code = code or (status if status >= 0 else EXIT_CLUSTER)
                 time.sleep(0.2)
         except KeyboardInterrupt:
             code = 130

@@ -94,6 +94,31 @@ def test_a_lost_multiworker_peer_ends_the_others(signame, tmp_path):
     assert "Traceback" not in err
 
 
+def test_a_killed_multiworker_worker_ends_the_job_with_the_documented_status_and_leaves_no_stray_files(tmp_path):
+    """`invoke run --launcher multiworker` with a checkpoint every step: the non-chief worker's throwaway
+    checkpoints never touch the disk (watched in its TMPDIR while the job runs), and SIGKILL to it ends the
+    job with status 4 (a peer lost: retry with --resume), not the killed worker's own."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    job = Job("run", "mnist-cnn", "--gpus", "0", "--launcher", "multiworker", "--cpu-replicas", "2", "--runtime",
+              "local", "--results-dir", str(tmp_path / "run"), "--", "--synthetic", "--batch-size", "32",
+              "--max-steps", "100000", "--log-every", "1", "--checkpoint-every", "1", env={"TMPDIR": str(scratch)})
+    seen = set()
+    try:
+        job.wait_for_step(3)
+        workers = wait_for_processes(tmp_path / "run", 2)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # about as many saves as seconds x steps per second
+            seen |= {path.name for path in scratch.rglob("*") if "ckpt" in path.name}
+            time.sleep(0.01)
+        os.kill(workers[1], signal.SIGKILL)
+        code = job.wait(timeout=90)
+    finally:
+        job.kill()
+    assert code == 4, job.output()[-4000:]
+    assert not seen and not [path for path in scratch.rglob("*") if "ckpt" in path.name], seen
+
+
 @pytest.mark.parametrize("signame", ["SIGKILL", "SIGSTOP"])
 def test_a_lost_horovod_rank_ends_the_job(signame, tmp_path, require_horovod):
     job = Job("run", "mnist-cnn", "--gpus", "0", "--launcher", "horovod", "--cpu-replicas", "2", "--runtime",
