@@ -91,26 +91,23 @@ def exported_since(results_dir: str, since: float) -> bool:
                for path in (os.path.join(base, version, "saved_model.pb") for version in versions))
 
 
-LOCK_FILE = ".lock"  # RESULTS/.lock: held (flock) by the chief of the run writing into RESULTS
-
-
-def hold_results_dir(results_dir: str):
-    """The open RESULTS/.lock, locked for as long as this process lives (the kernel releases it when the
-    process ends, killed or not); a UserError naming the process that holds it, when another run does. Two
-    runs in one folder would overwrite each other's checkpoints, results and export."""
+def hold_results_dir(results_dir: str) -> int:
+    """A descriptor of the folder RESULTS, locked (flock) for as long as this process lives: the kernel
+    releases it when the process ends, killed or not, and no file is written for it. A UserError naming the
+    process that holds it, when another run does: two runs in one folder would overwrite each other's
+    checkpoints, results and export."""
     import fcntl
 
     os.makedirs(results_dir, exist_ok=True)
-    path = os.path.join(results_dir, LOCK_FILE)
-    handle = open(path, "a")  # never written: a resumed run that finds nothing to do changes no byte
+    folder = os.open(results_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = lock_holder(os.fstat(handle.fileno()).st_ino)
-        handle.close()
-        raise UserError(f"{results_dir} is in use by a run that is still going ({holder} holds {path}); wait "
+        holder = lock_holder(os.fstat(folder).st_ino)
+        os.close(folder)
+        raise UserError(f"{results_dir} is in use by a run that is still going ({holder} holds its lock); wait "
                         "for it to end, or choose another --results-dir") from None
-    return handle
+    return folder
 
 
 def lock_holder(inode: int) -> str:

@@ -185,11 +185,11 @@ class Trainer:
         self._eval_steps = {}  # id(Task): its compiled evaluation step
         self._evaluated = None  # (step, metrics) of the last evaluation
         self._checkpointed = None  # the step of the last checkpoint
+        # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it reads
+        self._results_lock = hold_results_dir(self.results_dir) if self.launcher.is_chief else None
         self.checkpoints.check_resume_target()
         if self.export:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
-        # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it writes
-        self._results_lock = hold_results_dir(self.results_dir) if self.launcher.is_chief else None
         # SIGTERM/SIGUSR1 stop the job after a step, with a checkpoint; installed after the launcher's own.
         self.stop_flag = StopFlag().install()
         self.report = reporting.RunReport(self.launcher, self.results_dir, self.global_batch, self.total_steps,

@@ -64,34 +64,40 @@ def test_a_full_disk_during_the_export_is_one_line_and_the_previous_version_stay
 
 
 def test_a_results_folder_that_turns_read_only_mid_run_is_one_line_and_the_checkpoint_stays(tmp_path):
-    """A real tmpfs remounted read-only after the first checkpoint (a storage fault, a quota that locks the
-    folder): the next write ends the run in one line, exit 2; the checkpoint before stays and, writable
-    again, --resume finishes the run."""
+    """RESULTS/checkpoints made read-only after its first checkpoint (a real read-only bind mount over it, as a
+    storage fault or an administrator leaves it): the next checkpoint ends the run in one line, exit 2; the
+    checkpoint before stays and, writable again, --resume finishes the run."""
     import os
     import sys
     import time
 
-    mount = tmp_path / "small"
-    mounted(mount, "256m")
-    results = mount / "run"
+    results = tmp_path / "run"
+    folder = results / "checkpoints"
+    train = ("recipes/mnist-cnn/train.py", "--synthetic", "--checkpoint-every", "5", "--results-dir", str(results))
+    process = subprocess.Popen([sys.executable, "-m", "tf_recipes.faults", *train, "--max-steps", "40"],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_RECIPES_FAULT_SLOW_STEP": "0.3"})
+    bound = False
     try:
-        train = ("recipes/mnist-cnn/train.py", "--synthetic", "--checkpoint-every", "5", "--results-dir",
-                 str(results))
-        process = subprocess.Popen([sys.executable, "-m", "tf_recipes.faults", *train, "--max-steps", "40"],
-                                   cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_RECIPES_FAULT_SLOW_STEP": "0.3"})
         deadline = time.monotonic() + 300
-        while not (results / "checkpoints" / "ckpt-5.index").is_file():
+        while not (folder / "ckpt-5.index").is_file():
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.05)
-        time.sleep(0.5)  # ckpt-5 whole (the state file is written after its files)
-        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        time.sleep(0.5)  # ckpt-5 whole: the state file is written after its files
+        if subprocess.run(["mount", "--bind", str(folder), str(folder)]).returncode:
+            pytest.fail("a bind mount needs root (the test machine runs as root)")
+        bound = True
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
         stdout, stderr = process.communicate(timeout=300)
         ended = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-        assert_one_error_line(ended, f"{mount}", "Read-only file system", "--resume")
-        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
+        assert_one_error_line(ended, f"{folder} cannot be written (Read-only file system)", "--resume")
+        subprocess.run(["umount", str(folder)], check=True)
+        bound = False
         resumed = run_python(*train, "--max-steps", "40", "--resume")
         assert_ok(resumed)
         assert "resumed from" in resumed.stdout
     finally:
-        subprocess.run(["umount", str(mount)], check=True)
+        if process.poll() is None:
+            process.kill()
+        if bound:
+            subprocess.run(["umount", str(folder)], check=True)

@@ -93,7 +93,7 @@ def test_a_run_killed_while_it_exports_resumes_into_its_export(tmp_path):
 
 
 def test_a_second_run_into_a_folder_in_use_is_refused_and_a_killed_run_holds_it_no_longer(tmp_path):
-    """RESULTS/.lock, held by the chief while it runs: a second run into the same folder (a requeue that
+    """RESULTS locked (flock) by the chief while it runs: a second run into the same folder (a requeue that
     raced the first, a typo in two job scripts) refuses in one line naming the running process, and writes
     nothing; once the first is SIGKILLed, the kernel has released the lock and --resume continues."""
     import signal
@@ -112,7 +112,8 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_a_killed_run_holds_it_
         for extra in ([], ["--resume"]):
             second = run_python(*ARGS, "--max-steps", "10", "--results-dir", str(tmp_path), *extra)
             assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-3000:]
-            assert f"{tmp_path} is in use by a run that is still going (process {first.pid} holds" in second.stderr
+            assert f"{tmp_path} is in use by a run that is still going (process {first.pid} holds its lock)" \
+                in second.stderr
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
