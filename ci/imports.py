@@ -59,7 +59,7 @@ def lines(path: pathlib.Path) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=2600, help="most library lines a train.py may pull in")
+    parser.add_argument("--limit", type=int, default=2750, help="most library lines a train.py may pull in")
     args = parser.parse_args(argv)
     over = []
     for train in sorted(ROOT.glob("recipes/*/train.py")):

@@ -38,8 +38,9 @@ def extent_effect(model, image):
 
 
 @pytest.mark.parametrize("preset", sorted(train.PRESETS))
-def test_each_preset_s_normalisation_is_per_example_and_flags_override_it(preset):
-    assert train.parse_args(["--preset", preset]).norm == {"tiny": "none"}.get(preset, "group")
+def test_each_preset_s_normalisation_and_flags_override_it(preset):
+    # full: batch norm in the decoder of its ResNet50 U-Net, which trains on crops and evaluates whole scenes
+    assert train.parse_args(["--preset", preset]).norm == {"tiny": "none", "full": "batch"}.get(preset, "group")
     assert train.parse_args(["--preset", preset, "--batch-norm"]).norm == "batch"
     assert train.parse_args(["--preset", preset, "--norm", "none"]).norm == "none"
     assert train.parse_args(["--preset", preset, "--batch-norm", "--no-batch-norm"]).norm == "none"
@@ -80,8 +81,14 @@ def test_presets_set_what_a_step_sees_and_the_rate_and_flags_override_them():
         8, 4, 2, 1]
     assert (cpu.epochs, cpu.lr_schedule, cpu.lr_warmup_steps, cpu.lr) == (60, "cosine", 20, 2e-3)
     full = train.parse_args([])
-    assert (full.downscale, full.crop, full.scale, full.cache) == (1, None, (1.0, 1.0), False)
-    assert (full.epochs, full.lr_schedule, full.lr_warmup_steps, full.lr) == (50, "cosine", 100, 1e-3)
+    assert (full.model, full.encoder_weights, full.batch_size) == ("resnet50-unet", "imagenet", 2)
+    assert (full.downscale, full.crop, full.scale, full.cache) == (1, (512, 1024), (0.5, 2.0), False)
+    assert (full.iterations, full.lr_schedule, full.lr_warmup_steps, full.lr) == (80_000, "cosine", 1000, 1e-4)
+    # 80,000 iterations at 2 per GPU on 8 GPUs over Cityscapes' 2,975 scenes: 185 steps an epoch, 433 epochs
+    train.schedule_in_iterations(full, 2975, 8)
+    assert (full.epochs, full.max_steps) == (433, 80_000)
+    assert train.parse_args(["--epochs", "3"]).iterations is None  # --epochs given: the epochs count
+    assert train.parse_args(["--encoder-weights", "none"]).encoder_weights is None
     overridden = train.parse_args(["--preset", "cpu", "--epochs", "3", "--lr-schedule", "constant",
                                    "--lr-warmup-steps", "5", "--lr", "0.01", "--downscale", "2", "--crop", "64x128",
                                    "--scale", "0.5:2", "--no-cache"])
