@@ -51,8 +51,9 @@ def test_a_damaged_state_file_resumes_from_the_newest_listed_checkpoint_that_res
     if damage == "torn state and newest checkpoint":
         (data,) = folder.glob("ckpt-10.data-*")
         tear(data, lambda n: n // 3)
-    refused = run_python(*ARGS, "--max-steps", "20", "--results-dir", str(parts))
-    assert refused.returncode == 2 and "already holds checkpoints" in refused.stderr, refused.stderr[-2000:]
+    if damage == "torn state":  # one case is enough: the listing, not the state file, decides the refusal
+        refused = run_python(*ARGS, "--max-steps", "20", "--results-dir", str(parts))
+        assert refused.returncode == 2 and "already holds checkpoints" in refused.stderr, refused.stderr[-2000:]
     resumed = run_python(*ARGS, "--max-steps", "20", "--results-dir", str(parts), "--resume")
     assert_ok(resumed)
     step = 5 if damage == "torn state and newest checkpoint" else 10
