@@ -185,8 +185,17 @@ class Trainer:
         self._eval_steps = {}  # id(Task): its compiled evaluation step
         self._evaluated = None  # (step, metrics) of the last evaluation
         self._checkpointed = None  # the step of the last checkpoint
-        # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it reads
-        self._results_lock = hold_results_dir(self.results_dir) if self.launcher.is_chief else None
+        # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it reads;
+        # every process learns of a refusal, so that none waits for a chief that left
+        self._results_lock, refusal = None, None
+        if self.launcher.is_chief:
+            try:
+                self._results_lock = hold_results_dir(self.results_dir)
+            except UserError as error:
+                refusal = error
+        if self.launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
+            raise refusal or UserError(f"{self.results_dir} is in use by another run (the chief's error line says "
+                                       "which); wait for it to end, or choose another --results-dir")
         self.checkpoints.check_resume_target()
         if self.export:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
