@@ -226,7 +226,8 @@ def run_main(main) -> None:
     except contract.RunFinished:  # the chief has said so; a requeued job or recreated pod ends cleanly
         leave(contract.EXIT_DONE)
     except contract.StopRequested as stop:
-        print(str(stop), file=sys.stderr, flush=True)
+        sys.stderr.write(f"{stop}\n")  # one write, as below
+        sys.stderr.flush()
         leave(contract.EXIT_STOPPED)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -237,7 +238,9 @@ def run_main(main) -> None:
         message = str(error) if status else (f"lost contact with the other workers ({type(error).__name__}: "
                                              f"{peer_error_summary(error)}); continue from the last checkpoint "
                                              "with --resume")
-        print(f"error: {message}", file=sys.stderr, flush=True)
+        # One write of the whole line: the processes of a job share the stream, and print writes its end apart
+        sys.stderr.write(f"error: {message}\n")
+        sys.stderr.flush()
         if status in (None, contract.EXIT_CLUSTER):  # not sys.exit: TensorFlow's shutdown can wait on a lost peer
             os._exit(contract.EXIT_CLUSTER)
         leave(status)
