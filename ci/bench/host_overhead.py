@@ -31,6 +31,7 @@ import tensorflow as tf  # noqa: E402
 import data as mnist_data  # noqa: E402  (recipes/mnist-cnn/data.py)
 import train as mnist  # noqa: E402
 from tf_recipes import training, user_paths  # noqa: E402
+from tf_recipes.config import RunConfig  # noqa: E402
 from tf_recipes.data import InputShard  # noqa: E402
 from tf_recipes.launchers import create_launcher  # noqa: E402
 
@@ -70,10 +71,9 @@ def recipe_loop(launcher, images, labels, batch, steps, warmup, seed, steps_per_
     """Images/s of tf_recipes.training's loop over the steps after `warmup`."""
     keras.utils.set_random_seed(seed)
     with tempfile.TemporaryDirectory() as folder:
-        args = mnist.parse_args([f"--{flag}={value}" for flag, value in (
-            ("batch-size", batch), ("epochs", 1), ("max-steps", steps), ("results-dir", folder), ("log-every", steps),
-            ("checkpoint-every", steps), ("warmup-steps", warmup), ("steps-per-loop", steps_per_loop), ("seed", seed))])
-        trainer = training.Trainer(launcher, "mnist-cnn", args, num_examples=len(images))
+        config = RunConfig(batch_size=batch, max_steps=steps, results_dir=folder, log_every=steps,
+                           checkpoint_every=steps, warmup_steps=warmup, steps_per_loop=steps_per_loop, seed=seed)
+        trainer = training.Trainer(launcher, "mnist-cnn", config, num_examples=len(images))
         trainer.setup(mnist.build_model(), keras.optimizers.Adam(1e-3))
         trainer.fit(dataset(images, labels, batch, steps, seed), mnist.TASK)
     timed = trainer.step_times[warmup:]

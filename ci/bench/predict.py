@@ -42,21 +42,21 @@ def recipe_train_module(recipe):
 
 
 def keras_model(results_dir, info):
-    """The recipe's model with the run's final weights, and how its input is made from uint8 images."""
+    """The recipe's model with the run's final weights, and how its input is made from uint8 images (the
+    model holds its own preprocessing: the pixels, in the model's input type)."""
     with open(os.path.join(results_dir, RESULTS_FILE)) as handle:
         results = json.load(handle)
     train = recipe_train_module(info["recipe"])
     if info["recipe"] == "cassava-resnet":
-        model, to_model = train.build_model(info["image_size"][0], None), (lambda images: images)
+        model = train.build_model(info["image_size"][0], None)
     elif info["recipe"] == "cityscapes-unet":
         # results.json written before the normalisation was recorded came from batch-norm models
         model = train.build_unet(results["filters"], results["depth"],
                                  normalization=results.get("normalization", "batch"))
-        to_model = lambda images: images.astype(np.float32) / 255.0  # noqa: E731
     else:
-        model, to_model = train.build_model(), (lambda images: images.astype(np.float32) / 255.0)
+        model = train.build_model()
     model.load_weights(os.path.join(results_dir, FINAL_WEIGHTS_FILE))
-    return model, to_model
+    return model, (lambda images: images.astype(model.inputs[0].dtype))
 
 
 def make_images(count, size, channels, seed):

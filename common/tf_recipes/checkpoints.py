@@ -12,7 +12,7 @@ import re
 
 import tensorflow as tf
 
-from tf_recipes.cli import amp_flags
+from tf_recipes.config import amp_flags
 from tf_recipes.contract import EXPORT_DIR, RESULT_FIELDS, RESULTS_FILE, RunFinished, StopRequested, UserError
 from tf_recipes.launchers import Launcher
 from tf_recipes.reporting import disk_full_is_one_line, log, nbytes, write_json
@@ -128,17 +128,18 @@ class Checkpoints:
     checkpoint. `identity` is what a resumed run must match (Trainer.run_identity)."""
 
     def __init__(self, launcher: Launcher, results_dir: str, resume: bool, identity: dict, total_steps: int,
-                 target=None, export: bool = True):
+                 export: bool = True):
         self.launcher, self.results_dir, self.resume = launcher, results_dir, resume
-        self.identity, self.total_steps, self.target = identity, total_steps, target
+        self.identity, self.total_steps = identity, total_steps
         self.export = export  # a finished run wrote results.json, the weights and (unless --no-export) the export
         self.folder = os.path.join(results_dir, CHECKPOINTS_DIR)
         self.identity_path = os.path.join(self.folder, IDENTITY_FILE)
         self.checkpoint = None
 
-    def check_resume_target(self) -> None:
+    def check_resume_target(self, target=None) -> None:
         """--resume, before anything is built or written: refuse a checkpoint from other settings or past
-        this run's last step; end a run that already finished (RunFinished)."""
+        this run's last step; end a run that already finished (RunFinished), at its last step or where it
+        reached `target` (this run's --target)."""
         latest = self.latest() if self.resume else None
         if not latest:
             return
@@ -155,8 +156,8 @@ class Checkpoints:
         results = os.path.join(self.results_dir, RESULTS_FILE)
         # Finished: at its last step, or where it reached this run's --target, with everything a run promises
         # written (results.json before the export: a run killed between them goes on to write the export)
-        if (reached == self.total_steps or self.target) and results_complete(
-                results, reached, None if reached == self.total_steps else self.target) and (
+        if (reached == self.total_steps or target) and results_complete(
+                results, reached, None if reached == self.total_steps else target) and (
                 not self.export or exported_since(self.results_dir, os.path.getmtime(results))):
             log(self.launcher, f"--resume: the run already finished at step {reached}; its results are in "
                                f"{results}; nothing to do")

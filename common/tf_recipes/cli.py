@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
-import threading
 
 from tf_recipes import contract, evaluation, user_paths
+from tf_recipes.config import AMP_DTYPES, LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RunConfig, Target
 from tf_recipes.contract import COLLECTIVES, LAUNCHERS
 from tf_recipes.stopping import peer_error_summary
 
@@ -68,27 +69,6 @@ def step_window(text: str) -> tuple[int, int]:
     return start, end
 
 
-AMP_DTYPES = ("auto", "float16", "bfloat16")  # --amp DTYPE: the 16-bit type of the computation, not of the weights
-# Keras's LossScaleOptimizer defaults: the first scale, and the steps without an overflow that double it.
-LOSS_SCALE_INITIAL = 2.0 ** 15
-LOSS_SCALE_GROWTH_STEPS = 2000
-
-
-def precision_policy(amp: str | None, gpu: bool) -> str:
-    """The Keras dtype policy of `--amp [DTYPE]` (None: no --amp) with or without a GPU."""
-    if not amp:
-        return "float32"
-    if amp not in AMP_DTYPES:
-        raise ValueError(f"--amp {amp!r}: choose one of {', '.join(AMP_DTYPES)}")
-    return f"mixed_{('float16' if gpu else 'bfloat16') if amp == 'auto' else amp}"
-
-
-def amp_flags(policy: str) -> str:
-    """The --amp flag that asks for `policy` on any machine, for messages."""
-    return {"float32": "--no-amp", "mixed_float16": "--amp float16", "mixed_bfloat16": "--amp bfloat16"}.get(
-        policy, policy)
-
-
 def add_precision_flags(group) -> None:
     """--amp [DTYPE] and --loss-scale-initial (tf_recipes.training.configure_precision and Trainer)."""
     group.add_argument("--amp", nargs="?", const="auto", default=None, choices=AMP_DTYPES, metavar="DTYPE",
@@ -121,6 +101,18 @@ class TrainingParser(argparse.ArgumentParser):
         return namespace, extras
 
 
+def target_type(metrics: tuple[str, ...]):
+    """An argparse type for --target METRIC=VALUE, METRIC one of `metrics` or loss (config.Target.parse)."""
+    def target(text: str) -> Target:
+        try:
+            return Target.parse(text, metrics)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    target.__name__ = "METRIC=VALUE"
+    return target
+
+
 def add_evaluation_flags(parser, metrics: tuple[str, ...]) -> None:
     """--eval-every and --target (tf_recipes.evaluation, the Trainer's evaluation during training)."""
     quality = parser.add_argument_group("evaluation during training")
@@ -128,7 +120,7 @@ def add_evaluation_flags(parser, metrics: tuple[str, ...]) -> None:
                          help="evaluate the held-out set every N steps: a point of the learning curve in "
                               "results.json and TensorBoard (default: every epoch, at most about "
                               f"{evaluation.POINTS_PER_RUN} times a run; 0: only at the end)")
-    quality.add_argument("--target", type=evaluation.target_type(metrics), default=None, metavar="METRIC=VALUE",
+    quality.add_argument("--target", type=target_type(metrics), default=None, metavar="METRIC=VALUE",
                          help="end the run at the first evaluation whose METRIC reaches VALUE (at most VALUE "
                               f"for the loss), e.g. {metrics[0]}=0.99; results.json records its time_to_target. "
                               f"A run that never reaches it exits with status {contract.EXIT_TARGET_MISSED}")
@@ -204,13 +196,21 @@ _STATUSES = (((contract.UserError, FileExistsError, FileNotFoundError, FloatingP
              (contract.ClusterError, contract.EXIT_CLUSTER))
 
 
-RELEASE_THREAD, RELEASE_WAIT = "release-train-iterator", 1.0  # tf_recipes.training.release_in_background
+def run_config(args) -> RunConfig:
+    """The engine's configuration from the shared flags (training_parser's): each field of RunConfig is the
+    flag of the same name. The engine never sees `args`."""
+    return RunConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(RunConfig)})
+
+
+RELEASE_WAIT = 1.0  # seconds: how long leave() waits for a training iterator still being released
 
 
 def leave(status: int) -> None:
-    """Exit with `status`, leaving a training iterator still being released after RELEASE_WAIT s behind: under
-    MultiWorkerMirroredStrategy it outlasted the peers by up to a minute (TF 2.17); all is written by then."""
-    for thread in [t for t in threading.enumerate() if t.name == RELEASE_THREAD]:
+    """Exit with `status`, leaving a training iterator still being released (tf_recipes.training.releasing)
+    after RELEASE_WAIT s behind: under MultiWorkerMirroredStrategy its deletion outlasted the peers by up to
+    a minute (TF 2.17), and everything the run promises is written by then."""
+    training = sys.modules.get("tf_recipes.training")  # loaded only by a process that trained
+    for thread in getattr(training, "releasing", ()):
         thread.join(RELEASE_WAIT)
         if thread.is_alive():
             sys.stdout.flush(), sys.stderr.flush()

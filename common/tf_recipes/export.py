@@ -1,7 +1,11 @@
 """The trained model as a SavedModel for TF Serving and predict.py: at the end of every run the chief adds
 version N to RESULTS/export, a TF Serving model base (layout: docs/using.md). A version is written into
-.partial-XXXXXXXX/ beside PARTIAL_MARKER, fsynced and renamed, so it appears whole or not at all. Its
-signature takes encoded image files and decodes, resizes and normalises them in the graph.
+.partial-XXXXXXXX/ beside PARTIAL_MARKER, fsynced and renamed, so it appears whole or not at all.
+
+What a run exports is one `ExportSpec`, given to the Trainer and checked before the first step. Its
+signature takes encoded image files, decodes and resizes them in the graph, and hands the raw pixels to the
+model: every recipe's model holds its own preprocessing, so that training, evaluation, this export and
+predict.py cannot prepare an image differently.
 """
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
+from typing import Callable
 
 import keras
 import tensorflow as tf
@@ -42,6 +48,44 @@ def decode_images(encoded, image_size, channels, antialias=False):
     return tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec((*image_size, channels), tf.uint8))
 
 
+@dataclass(frozen=True)
+class ExportSpec:
+    """What finish() exports: the task, the classes, the images the signature takes, and how to build a
+    plain copy of the model (outside any distribution strategy) for the trained weights."""
+
+    task: str  # CLASSIFICATION: one class an image; SEGMENTATION: one class a pixel
+    class_names: list[str]  # the model's outputs, in order: labels.txt, one name a line
+    image_size: tuple[int, int]  # (height, width) every decoded image is resized to (bilinear)
+    channels: int  # 1 (grayscale) or 3 (RGB): what the decoder makes of any image file
+    build: Callable[[], keras.Model]  # a new model of the trained one's architecture
+    palette: list | None = None  # segmentation: an (R, G, B) colour per class (classes.json)
+    output_size: tuple[int, int] | None = None  # segmentation: the size of the answer (default image_size)
+    antialias: bool = False  # resize with an antialiasing filter (as the recipe's own pipeline shrinks)
+
+    def checked(self) -> ExportSpec:
+        """This spec, or a one-line ExportError that names the field: before training, not after it."""
+        def sizes(value):
+            return (isinstance(value, (tuple, list)) and len(value) == 2
+                    and all(isinstance(n, int) and n > 0 for n in value))
+
+        problems = [
+            self.task not in (CLASSIFICATION, SEGMENTATION) and f"task {self.task!r} is not {CLASSIFICATION!r} or "
+                                                               f"{SEGMENTATION!r}",
+            not self.class_names and "class_names is empty",
+            not sizes(self.image_size) and f"image_size {self.image_size!r} is not (height, width) in pixels",
+            self.channels not in (1, 3) and f"channels {self.channels!r} is not 1 or 3",
+            not callable(self.build) and "build is not a function that makes the model",
+            self.task == SEGMENTATION and len(self.palette or ()) != len(self.class_names or ())
+            and f"palette has {len(self.palette or ())} colours for {len(self.class_names or ())} classes",
+            self.output_size is not None and not sizes(self.output_size)
+            and f"output_size {self.output_size!r} is not (height, width) in pixels"]
+        problem = next((p for p in problems if p), None)
+        if problem:
+            raise ExportError(f"the export this run would write is wrong: {problem} (the recipe's ExportSpec)")
+        check_class_names(self.class_names)
+        return self
+
+
 def check_class_names(class_names) -> None:
     """A DataError for a name that cannot be one line of labels.txt (one would shift every label after it)."""
     for name in class_names:
@@ -50,16 +94,16 @@ def check_class_names(class_names) -> None:
                             f"{EXPORT_LABELS_FILE}; rename the class")
 
 
-def write_export(folder, model, *, recipe, task, class_names, image_size, channels, to_model, palette=None,
-                 output_size=None, antialias=False):
+def write_export(folder, model, spec: ExportSpec, recipe: str):
     """Write one version into the new `folder`: the SavedModel and, in assets.extra/, what describes it."""
-    check_class_names(class_names)
+    task, class_names, image_size, channels = spec.task, spec.class_names, tuple(spec.image_size), spec.channels
+    output_size = tuple(spec.output_size or image_size)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXPORT_INPUT)])
     def serve(images):
-        probabilities = tf.cast(model(to_model(decode_images(images, tuple(image_size), channels, antialias)),
-                                      training=False), tf.float32)
-        if task == SEGMENTATION and output_size and tuple(output_size) != tuple(image_size):
+        pixels = decode_images(images, image_size, channels, spec.antialias)  # the model preprocesses them
+        probabilities = tf.cast(model(tf.cast(pixels, model.inputs[0].dtype), training=False), tf.float32)
+        if task == SEGMENTATION and output_size != image_size:
             probabilities = tf.image.resize(probabilities, output_size)
         if task == CLASSIFICATION:
             return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
@@ -76,9 +120,9 @@ def write_export(folder, model, *, recipe, task, class_names, image_size, channe
     info = {"recipe": recipe, "task": task, "image_size": list(image_size), "channels": channels,
             "input": EXPORT_INPUT, "outputs": outputs}
     if task == SEGMENTATION:  # the size of class_ids and probabilities, and every class's colour
-        info["output_size"] = list(output_size or image_size)
+        info["output_size"] = list(output_size)
         classes = [{"id": i, "name": name, "colour": list(colour)}
-                   for i, (name, colour) in enumerate(zip(class_names, palette, strict=True))]
+                   for i, (name, colour) in enumerate(zip(class_names, spec.palette, strict=True))]
         write_atomically(os.path.join(extra, EXPORT_CLASSES_FILE), json.dumps(classes, indent=1))
     write_atomically(os.path.join(extra, EXPORT_INFO_FILE), json.dumps(info, indent=1))
 
@@ -136,9 +180,8 @@ def publish(results_dir, write) -> str:
     return final
 
 
-def export_model(launcher, results_dir, model, build, **spec) -> str | None:
-    """On every process: the chief exports `model`'s weights in `build()`'s copy (outside any strategy)."""
-    check_class_names(spec["class_names"])  # on every process, so that none waits for a chief that stopped
+def export_model(launcher, results_dir, model, spec: ExportSpec, recipe: str) -> str | None:
+    """On every process: the chief exports `model`'s weights in `spec.build()`'s copy (outside any strategy)."""
     refusal = None
     if launcher.is_chief:  # Distributed: the chief's RESULTS/export decides, and every process learns of a refusal
         try:
@@ -150,11 +193,11 @@ def export_model(launcher, results_dir, model, build, **spec) -> str | None:
                                      "says why)")
     final = None
     if launcher.is_chief:  # Distributed: only the chief writes the export
-        plain = build()
+        plain = spec.build()
         plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
         # A full or read-only disk: one line; publish leaves nothing half-written and the versions before intact
         with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights), "the export"):
-            final = publish(results_dir, lambda folder: write_export(folder, plain, **spec))
+            final = publish(results_dir, lambda folder: write_export(folder, plain, spec, recipe))
         print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded images)", flush=True)
     launcher.barrier()
     return final

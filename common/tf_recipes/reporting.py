@@ -241,20 +241,20 @@ def write_json(path: str, data: dict) -> None:
 
 def results_record(run, extra: dict | None = None, command: list[str] | None = None) -> dict:
     """results.json of a Trainer after fit; `extra`, the recipe's fields, adds to and overrides these."""
-    launcher, reached = run.launcher, run.curve.target_reached or {}
+    launcher, reached, config = run.launcher, run.target_reached() or {}, run.config
     return {
         "recipe": run.recipe, "launcher": launcher.name, "nodes": launcher.num_nodes,
         "workers": launcher.num_workers, "replicas": launcher.num_replicas,
-        "per_replica_batch": run.per_replica_batch, "global_batch": run.global_batch,
+        "per_replica_batch": config.batch_size, "global_batch": run.global_batch,
         "start_step": run.start_step, "steps": run.total_steps, "steps_per_epoch": run.steps_per_epoch,
-        "warmup_steps": run.warmup_steps,
-        **throughput(run.step_times, run.global_batch, launcher.num_replicas, run.warmup_steps),
+        "warmup_steps": config.warmup_steps,
+        **throughput(run.step_times, run.global_batch, launcher.num_replicas, config.warmup_steps),
         "losses": run.report.history, "replica_fingerprints": run.fingerprints,
         "replicas_in_sync": len(set(run.fingerprints)) == 1,
-        "precision": run.precision, "loss_scaling": run.loss_scaling, "xla": run.xla,
+        "precision": run.precision, "loss_scaling": run.loss_scaling, "xla": config.xla,
         # The learning curve: the held-out set's metrics during training, and the time to --target
         "eval_every": run.eval_interval if run.evaluation else 0, "curve": run.curve.points,
-        "target": str(run.target) if run.target else None,
+        "target": str(config.target) if config.target else None,
         "time_to_target": reached.get("seconds"), "target_step": reached.get("step"),
         "wall_seconds": run.curve.seconds(),  # since the process started (and, on a resume, the earlier attempts)
         "machine": machine(), "versions": versions(), "command": sys.argv if command is None else command,

@@ -12,7 +12,6 @@ of the mean loss over the global batch, as one device computes it. A run ends in
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -24,8 +23,9 @@ import tensorflow as tf
 
 from tf_recipes import evaluation as evaluating, export as exporting, reporting
 from tf_recipes.checkpoints import Checkpoints, hold_results_dir
-from tf_recipes.cli import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RELEASE_THREAD, precision_policy
-from tf_recipes.contract import ClusterError, TargetMissed, UserError
+from tf_recipes.config import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RunConfig, precision_policy
+from tf_recipes.contract import ClusterError, UserError
+from tf_recipes.export import ExportSpec
 from tf_recipes.data import DataError, steps_per_epoch
 from tf_recipes.launchers import Launcher
 from tf_recipes.reporting import log, replica_state, scales_loss, write_json
@@ -63,7 +63,7 @@ def classification_task() -> Task:
 
 
 def configure_precision(amp: str | None) -> str:
-    """--amp [DTYPE]: set and return Keras's dtype policy (tf_recipes.cli.precision_policy: a bare --amp is
+    """--amp [DTYPE]: set and return Keras's dtype policy (tf_recipes.config.precision_policy: a bare --amp is
     float16 with loss scaling on a GPU, bfloat16 on the CPU)."""
     policy = precision_policy(amp, gpu=bool(tf.config.list_physical_devices("GPU")))
     keras.mixed_precision.set_global_policy(policy)
@@ -144,43 +144,47 @@ def summed_over_processes(launcher: Launcher, totals: dict) -> dict:
     return summed
 
 
+releasing: list[threading.Thread] = []  # iterators still being dropped; the process's exit waits a while
+
+
 def release_in_background(holder: list) -> None:
     """Drop the training iterator, `holder`'s only item, on a thread: a prefetching distributed iterator's
     deletion held the end of a run 1 to 31 s (TF 2.17.1). Not a daemon: one returning at exit aborted it."""
-    threading.Thread(target=holder.clear, name=RELEASE_THREAD).start()  # tf_recipes.cli.leave waits a while
+    thread = threading.Thread(target=holder.clear, name="release-train-iterator")
+    thread.start()
+    releasing.append(thread)
 
 
 class Trainer:
-    """The loop of one run of `recipe` over `num_examples` training examples an epoch, configured by `args`,
-    the shared flags (tf_recipes.cli.training_parser's; results in --results-dir, else results/RECIPE)."""
+    """The loop of one run of `recipe` over `num_examples` training examples an epoch, as `config` says
+    (tf_recipes.config.RunConfig); `export` describes the model that finish() exports, checked here, before
+    the first step, so that a wrong field never fails a run after hours of training."""
 
-    def __init__(self, launcher: Launcher, recipe: str, args, num_examples: int):
-        self.launcher, self.recipe, self.num_examples = launcher, recipe, num_examples
-        self.per_replica_batch, self.epochs, self.max_steps = args.batch_size, args.epochs, args.max_steps
-        self.results_dir, self.resume = args.results_dir or os.path.join("results", recipe), args.resume
-        self.checkpoint_every, self.log_every, self.profile_steps = args.checkpoint_every, args.log_every, args.profile
-        self.warmup_steps, self.xla, self.steps_per_loop = args.warmup_steps, args.xla, args.steps_per_loop
-        self.seed, self.loss_scale_initial, self.export = args.seed, args.loss_scale_initial, args.export
-        self.eval_every, self.target = args.eval_every, args.target
-        self.global_batch = self.per_replica_batch * self.launcher.num_replicas  # Distributed: the global batch
-        self.steps_per_epoch = steps_per_epoch(self.num_examples, self.global_batch)
+    def __init__(self, launcher: Launcher, recipe: str, config: RunConfig, num_examples: int,
+                 export: ExportSpec | None = None):
+        self.launcher, self.recipe, self.config, self.num_examples = launcher, recipe, config, num_examples
+        self.results_dir = config.results_folder(recipe)
+        self.export_spec = export.checked() if export else None
+        self.exports = bool(export) and config.export  # RESULTS/export gets a version at the end
+        self.global_batch = config.batch_size * launcher.num_replicas  # Distributed: the global batch
+        self.steps_per_epoch = steps_per_epoch(num_examples, self.global_batch)
         # A learning-rate schedule spans the epochs: --max-steps and --target only end the run sooner
-        self.planned_steps = self.total_steps = self.epochs * self.steps_per_epoch
-        if self.max_steps:
-            self.total_steps = min(self.total_steps, self.max_steps)
+        self.planned_steps = self.total_steps = config.epochs * self.steps_per_epoch
+        if config.max_steps:
+            self.total_steps = min(self.total_steps, config.max_steps)
         self.start_step = 0
         # The step training has reached; a Trainer that only evaluates (no setup) evaluates at step 0
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.precision = keras.mixed_precision.global_policy().name  # configure_precision has set it
-        if self.loss_scale_initial != LOSS_SCALE_INITIAL and self.precision != "mixed_float16":
-            raise UserError(f"--loss-scale-initial {self.loss_scale_initial:g} applies only to float16 loss scaling, "
-                            f"and this run computes in {self.precision}; add --amp float16 (a bare --amp is float16 "
-                            "only on a GPU) or leave --loss-scale-initial out")
-        self.checkpoints = Checkpoints(self.launcher, self.results_dir, self.resume, self.run_identity(),
-                                       self.total_steps, self.target, self.export)
+        if config.loss_scale_initial != LOSS_SCALE_INITIAL and self.precision != "mixed_float16":
+            raise UserError(f"--loss-scale-initial {config.loss_scale_initial:g} applies only to float16 loss "
+                            f"scaling, and this run computes in {self.precision}; add --amp float16 (a bare --amp "
+                            "is float16 only on a GPU) or leave --loss-scale-initial out")
+        self.checkpoints = Checkpoints(launcher, self.results_dir, config.resume, self.run_identity(),
+                                       self.total_steps, self.exports)
         self.checkpoint_dir = self.checkpoints.folder
-        self.eval_interval = evaluating.eval_interval(self.eval_every, self.total_steps, self.steps_per_epoch)
-        self.curve = evaluating.Curve(self.checkpoint_dir, self.global_batch, self.target)
+        self.eval_interval = evaluating.eval_interval(config.eval_every, self.total_steps, self.steps_per_epoch)
+        self.curve = evaluating.Curve(self.checkpoint_dir, self.global_batch)
         self.evaluation = None  # fit's `evaluation`: this process's share of the held-out set, made anew
         self._eval_steps = {}  # id(Task): its compiled evaluation step
         self._evaluated = None  # (step, metrics) of the last evaluation
@@ -188,35 +192,39 @@ class Trainer:
         # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it reads;
         # every process learns of a refusal, so that none waits for a chief that left
         self._results_lock, refusal = None, None
-        if self.launcher.is_chief:
+        if launcher.is_chief:
             try:
                 self._results_lock = hold_results_dir(self.results_dir)
             except UserError as error:
                 refusal = error
-        if self.launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
+        if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
             raise refusal or UserError(f"{self.results_dir} is in use by another run (the chief's error line says "
                                        "which); wait for it to end, or choose another --results-dir")
-        self.checkpoints.check_resume_target()
-        if self.export:  # a RESULTS/export that cannot take the next version ends the run before it trains
+        self.checkpoints.check_resume_target(config.target)
+        if self.exports:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
         # SIGTERM/SIGUSR1 stop the job after a step, with a checkpoint; installed after the launcher's own.
         self.stop_flag = StopFlag().install()
-        self.report = reporting.RunReport(self.launcher, self.results_dir, self.global_batch, self.total_steps,
-                                          self.steps_per_epoch, self.log_every, self.profile_steps)
+        self.report = reporting.RunReport(launcher, self.results_dir, self.global_batch, self.total_steps,
+                                          self.steps_per_epoch, config.log_every, config.profile)
         self.step_times = []  # seconds of every step fit ran
         self.loss_scaling = None  # float16: what fit found out about the loss scale (results.json)
+
+    def target_reached(self) -> dict | None:
+        """{"step", "seconds"} of the first evaluation at --target, or None (also without one)."""
+        return self.config.target and self.config.target.first_reached(self.curve.points)
 
     def run_identity(self) -> dict:
         """What decides the data order, the arithmetic and the per-replica state: a resumed run must match it."""
         return {"recipe": self.recipe, "global_batch": self.global_batch, "replicas": self.launcher.num_replicas,
-                "per_replica_batch": self.per_replica_batch, "seed": self.seed,
+                "per_replica_batch": self.config.batch_size, "seed": self.config.seed,
                 "training_examples": self.num_examples, "precision": self.precision}
 
     def setup(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
         """Build the optimizer's state, restore the latest checkpoint (--resume), sync replicas."""
         with self.launcher.scope():  # Strategy: optimizer state on every replica
             if self.precision == "mixed_float16":  # float16 gradients underflow without a loss scale
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=self.loss_scale_initial,
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=self.config.loss_scale_initial,
                                                                 dynamic_growth_steps=LOSS_SCALE_GROWTH_STEPS)
             optimizer.build(model.trainable_variables)
         self.model, self.optimizer = model, optimizer
@@ -234,7 +242,7 @@ class Trainer:
         global_batch = float(self.global_batch)
 
         # XLA compiles one replica's forward and backward pass; the collectives stay outside it.
-        @tf.function(jit_compile=True if self.xla else None)
+        @tf.function(jit_compile=True if self.config.xla else None)
         def forward_backward(x, y):
             with tf.GradientTape() as tape:
                 y_pred = model(x, training=True)
@@ -298,20 +306,20 @@ class Trainer:
         launcher = self.launcher
         log(launcher, f"{self.recipe}: launcher {launcher.name}, {launcher.num_workers} process(es), "
                       f"{launcher.num_replicas} replica(s), global batch {self.global_batch} "
-                      f"({self.per_replica_batch} per replica), steps {self.start_step}..{self.total_steps} "
+                      f"({self.config.batch_size} per replica), steps {self.start_step}..{self.total_steps} "
                       f"({self.steps_per_epoch} per epoch)")
-        train_loop = self._build_train_step(task)
-        checkpoint_every = self.checkpoint_every or self.steps_per_epoch
+        train_loop, config = self._build_train_step(task), self.config
+        checkpoint_every = config.checkpoint_every or self.steps_per_epoch
         eval_every = self._start_evaluation(task, evaluation, explain_eval_error)
+        # A compiled call never runs past a step that logs, checkpoints, evaluates or starts or ends the trace
+        every = (config.log_every, checkpoint_every, *([eval_every] if eval_every else []))
         self.step_times = []
         inputs = [iter(dataset)]  # the iterator's only reference: release_in_background drops it
         step = self.start_step
         last = time.perf_counter()
         while step < self.total_steps:
-            first, step = step + 1, loop_end(step, self.total_steps, self.steps_per_loop,
-                                             (self.log_every, checkpoint_every, *([eval_every] if eval_every else [])),
-                                             self.profile_steps or ())
-            if self.profile_steps:
+            first, step = step + 1, loop_end(step, self.total_steps, config.steps_per_loop, every, config.profile or ())
+            if config.profile:
                 self.report.profile(first, before=True)
             outputs = self._run_steps(train_loop, inputs[0], first, step, explain_input_error)
             now = time.perf_counter()
@@ -320,10 +328,10 @@ class Trainer:
             loss = float(outputs.pop("loss"))
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss} at step {step}; lower --lr or check the data")
-            if step % self.log_every == 0 or step == self.total_steps or stop:
+            if step % config.log_every == 0 or step == self.total_steps or stop:
                 self.report.log_step(step, loss, task.summarize(outputs), self.step_times, self.optimizer)
             self.step.assign(step)
-            if self.profile_steps:
+            if config.profile:
                 self.report.profile(step, before=False)
             # The evaluation at the last step is evaluate()'s, after fit
             reached = eval_every and step % eval_every == 0 and step < self.total_steps and self._eval_point(step)
@@ -369,12 +377,13 @@ class Trainer:
     def _start_evaluation(self, task: Task, evaluation, explain_eval_error) -> int:
         """Keep fit's held-out set; the steps between its evaluations during training (0: none)."""
         self.task, self.evaluation, self._explain_eval_error = task, evaluation, explain_eval_error
-        if self.target and not evaluation:
-            raise UserError(f"--target {self.target}: this run has no held-out set to evaluate (generated data); "
+        target = self.config.target
+        if target and not evaluation:
+            raise UserError(f"--target {target}: this run has no held-out set to evaluate (generated data); "
                             "give it real data or leave --target out")
         eval_every = self.eval_interval if evaluation else 0
-        if self.target:
-            log(self.launcher, f"target: {self.target} on the held-out set, evaluated every "
+        if target:
+            log(self.launcher, f"target: {target} on the held-out set, evaluated every "
                                f"{eval_every or self.total_steps} steps")
         return eval_every
 
@@ -392,10 +401,11 @@ class Trainer:
     def _eval_point(self, step: int) -> bool:
         """Evaluate the held-out set at `step` (a point of the curve); True when it reaches the target."""
         self._measure(self.evaluation(), self.task, self._explain_eval_error)
-        if self.curve.target_reached is None:
+        reached = self.target_reached()
+        if reached is None:
             return False
-        log(self.launcher, f"target {self.target} reached at step {step}, {self.curve.target_reached['seconds']:.1f} s "
-                           "after the start; training ends here")
+        log(self.launcher, f"target {self.config.target} reached at step {step}, {reached['seconds']:.1f} s after the "
+                           "start; training ends here")
         return True
 
     def evaluate(self, dataset=None, task: Task | None = None,
@@ -452,18 +462,14 @@ class Trainer:
                            + "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()))
         return metrics
 
-    def finish(self, results: dict, build: Callable[[], keras.Model], **export_spec) -> None:
+    def finish(self, results: dict) -> None:
         """The end of every run, on every process: results.json (`results`: the recipe's fields, its
-        final_metrics above all) and the final weights, the export into a copy made by `build()` (unless
-        --no-export; `export_spec`: tf_recipes.export.write_export's), then TargetMissed (exit 13) when no
-        evaluation reached --target."""
+        final_metrics above all) and the final weights, then the export the Trainer was given (unless
+        --no-export), then TargetMissed (exit 13) when no evaluation reached --target."""
         reporting.save_results(self, results)
-        if self.export:
-            exporting.export_model(self.launcher, self.results_dir, self.model, build, recipe=self.recipe,
-                                   **export_spec)
-        if self.target and self.curve.target_reached is None:
-            last = self.curve.points[-1] if self.curve.points else {}
-            raise TargetMissed(f"--target {self.target} was not reached in {self.total_steps} steps (the last "
-                               f"evaluation's {self.target.metric}: {last.get(self.target.metric, float('nan')):.4f}); "
-                               "train longer (--epochs) or lower the target; results are in "
-                               f"{self.results_dir}")
+        if self.exports:
+            exporting.export_model(self.launcher, self.results_dir, self.model, self.export_spec, self.recipe)
+        missed = self.config.target and self.config.target.missed(self.curve.points, self.total_steps,
+                                                                   self.results_dir)
+        if missed:
+            raise missed

@@ -173,6 +173,7 @@ def benchmark_training_step(image_size: int, batch: int, warmup: int, steps: int
 
     import train
     from tf_recipes import training
+    from tf_recipes.config import RunConfig
     from tf_recipes.launchers import create_launcher
 
     launcher = create_launcher("single")
@@ -183,10 +184,9 @@ def benchmark_training_step(image_size: int, batch: int, warmup: int, steps: int
     labels = tf.constant(rng.integers(0, input_pipeline.NUM_CLASSES, batch).astype(np.int32))
     results_dir = tempfile.mkdtemp(prefix="cassava-step-")
     try:
-        args = train.parse_args([f"--{flag}={value}" for flag, value in (
-            ("batch-size", batch), ("epochs", 1), ("max-steps", warmup + steps), ("results-dir", results_dir),
-            ("log-every", warmup + steps), ("warmup-steps", warmup), ("steps-per-loop", 1))])
-        trainer = training.Trainer(launcher, "cassava-resnet", args, num_examples=batch * (warmup + steps))
+        config = RunConfig(batch_size=batch, max_steps=warmup + steps, results_dir=results_dir,
+                           log_every=warmup + steps, warmup_steps=warmup, steps_per_loop=1)
+        trainer = training.Trainer(launcher, "cassava-resnet", config, num_examples=batch * (warmup + steps))
         with launcher.scope():
             model = train.build_model(image_size, None)
             optimizer = keras.optimizers.Adam(1e-4)

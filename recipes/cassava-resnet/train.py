@@ -240,7 +240,12 @@ def main(args):
     builder, train_arrays = load_train_split(args, launcher)
     # The user's classes come from their folders; the model, results.json and the export follow them.
     class_names = builder.class_names if input_pipeline.is_folder(builder) else CASSAVA_CLASSES
-    trainer = training.Trainer(launcher, RECIPE, args, num_examples=len(train_arrays))
+    # What finish() exports, checked now: RGB images at --image-size in, a probability per class out
+    exported = export.ExportSpec(task=export.CLASSIFICATION, class_names=class_names, channels=3,
+                                 image_size=(args.image_size, args.image_size),
+                                 build=lambda: build_model(args.image_size, None, len(class_names)))
+    trainer = training.Trainer(launcher, RECIPE, cli.run_config(args), num_examples=len(train_arrays),
+                               export=exported)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(args.image_size, weights, len(class_names), args.bn_momentum)
@@ -262,10 +267,7 @@ def main(args):
     data = "synthetic" if args.synthetic else {"tfds": "cassava"}.get(args.data_format, args.data_format)
     # results.json, the export (a copy of the model for TF Serving and predict.py) and --target, in one call
     trainer.finish({"final_metrics": {"validation": validation}, "data": data, "image_size": args.image_size,
-                    "weights": args.weights, "classes": class_names},
-                   build=lambda: build_model(args.image_size, None, len(class_names)), task=export.CLASSIFICATION,
-                   class_names=class_names, image_size=(args.image_size, args.image_size), channels=3,
-                   to_model=lambda images: images)
+                    "weights": args.weights, "classes": class_names})
 
 
 if __name__ == "__main__":

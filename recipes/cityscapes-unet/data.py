@@ -221,7 +221,8 @@ def _read_and_decode(image_file, label_file, height: int, width: int, index: dic
 
 
 def _to_model_types(images, truth):
-    return tf.cast(images, tf.float32) * (1.0 / 255.0), tf.cast(truth, tf.int32)
+    """Pixels as float32 0..255 (resized ones are fractional): the model scales them itself."""
+    return tf.cast(images, tf.float32), tf.cast(truth, tf.int32)
 
 
 def _scale_range(scale) -> tuple[float, float]:

@@ -56,16 +56,16 @@ class SpreadOver(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class ImageNetPixels(keras.layers.Layer):
-    """Images in [0, 1] (the recipe feeds pixels / 255) to the input ResNet50's ImageNet weights were
-    trained on, by keras.applications.resnet50.preprocess_input: 0..255, BGR, ImageNet's channel means
-    subtracted. Computed in float32 under any policy (--amp casts its output for the next layer)."""
+    """Pixels 0..255 (as decoded) to the input ResNet50's ImageNet weights were trained on, by
+    keras.applications.resnet50.preprocess_input: BGR, ImageNet's channel means subtracted. The model's
+    own preprocessing, computed in float32 under any policy (--amp casts its output for the next layer)."""
 
     def __init__(self, **kwargs):
         kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
 
     def call(self, images):
-        return keras.applications.resnet50.preprocess_input(images * 255.0)
+        return keras.applications.resnet50.preprocess_input(images)
 
 
 def conv_unit(x, filters, kernel, normalization, name, dilation=1):
@@ -149,7 +149,7 @@ def build_resnet50_unet(num_classes, normalization, weights, dropout=0.0, freeze
     half the block's filters) concatenated, and two 3x3 convolutions (DECODER_FILTERS); the class scores
     at stride 4, up-sampled bilinearly to the input's size, and the softmax head "categories" in float32.
 
-    Takes images in [0, 1] of any size whose sides are multiples of 32 and applies ResNet50's own
+    Takes pixels 0..255 of any size whose sides are multiples of 32 and applies ResNet50's own
     preprocessing inside (ImageNetPixels). `normalization(channels, name)`: the decoder's and context
     module's normalisation (see context_module). `weights`: see resnet50_backbone. The backbone is the
     nested model "resnet50" (model.get_layer("resnet50")), which holds ResNet50's layers and weights.

@@ -48,8 +48,9 @@ def build_unet(filters=32, depth=4, dropout=0.0, normalization="none", num_class
     NORMALIZATIONS."""
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization {normalization!r}: use one of {', '.join(NORMALIZATIONS)}")
-    inputs = keras.Input((None, None, 3), name="image")
-    x, skips = inputs, []
+    inputs = keras.Input((None, None, 3), name="image")  # pixels 0..255, as decoded (and resized)
+    # The model's own preprocessing, in float32 under any --amp: training, evaluation and the export agree
+    x, skips = keras.layers.Rescaling(1.0 / 255, dtype="float32", name="pixels")(inputs), []
     for level in range(depth):
         x = conv_block(x, filters * 2 ** level, normalization, dropout, f"down{level}")
         skips.append(x)

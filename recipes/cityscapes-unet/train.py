@@ -244,7 +244,7 @@ def describe_data(args, launcher):
 
 def synthetic_dataset(shard, height, width, steps, seed, num_classes):
     rng = np.random.default_rng(seed + shard.pipeline_id)  # Distributed: each input pipeline draws its own batch
-    images = rng.random((shard.per_replica_batch, height, width, 3), dtype=np.float32)
+    images = rng.random((shard.per_replica_batch, height, width, 3), dtype=np.float32) * 255  # pixels 0..255
     labels = rng.integers(0, num_classes, (shard.per_replica_batch, height, width), dtype=np.int32)
     # Distributed: the replicas this input pipeline feeds, each a batch per step
     local_replicas = shard.global_batch // shard.num_pipelines // shard.per_replica_batch
@@ -323,7 +323,7 @@ def write_colours(model, data_dir, folder, count, eval_size, view):
     for _, image, truth, predicted in predictions(model, data_dir, eval_size, view):
         if written == count:
             break
-        image = tf.image.resize(image * 255, tf.shape(truth))
+        image = tf.image.resize(image, tf.shape(truth))
         row = tf.concat([tf.saturate_cast(tf.round(image), tf.uint8), tf.gather(palette, predicted),
                          tf.gather(palette, truth)], axis=1)
         tf.io.write_file(os.path.join(folder, f"val_{written:04d}.png"), tf.io.encode_png(row))
@@ -355,7 +355,11 @@ def main(args):
     class_names, task = view["names"], task_for(view)
     if args.iterations:
         schedule_in_iterations(args, num_examples, launcher.num_replicas)
-    trainer = training.Trainer(launcher, RECIPE, args, num_examples=num_examples)
+    # What finish() exports, checked now: RGB scenes in, at --eval-size; a class a pixel out, at the data's size
+    exported = export.ExportSpec(task=export.SEGMENTATION, class_names=class_names, palette=view["colours"],
+                                 image_size=args.eval_size or size, output_size=size, antialias=True, channels=3,
+                                 build=lambda: build_model(args, len(class_names)))
+    trainer = training.Trainer(launcher, RECIPE, cli.run_config(args), num_examples=num_examples, export=exported)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         # --benchmark measures compute on generated tensors: the encoder's weights do not change it
@@ -391,10 +395,7 @@ def main(args):
         "shard_late": args.shard_late,
         "mode": "benchmark" if args.benchmark else ("synthetic" if synthetic else "train"),
         "parameters": model.count_params(), "view": view["name"], "classes": class_names,
-        "categories": view.get("groups"), "final_metrics": final_metrics},
-        build=lambda: build_model(args, len(class_names)), task=export.SEGMENTATION, class_names=class_names,
-        palette=view["colours"], image_size=args.eval_size or size, output_size=size, antialias=True, channels=3,
-        to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
+        "categories": view.get("groups"), "final_metrics": final_metrics})
 
 
 if __name__ == "__main__":

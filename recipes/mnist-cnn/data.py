@@ -130,10 +130,10 @@ def make_train_dataset(images, labels, shard, total_steps, seed, start_step):
     images, labels = tf.constant(images), tf.constant(labels, tf.int32)
     dataset = tf.data.Dataset.from_tensor_slices(order).batch(shard.per_replica_batch, drop_remainder=True)
     dataset = dataset.map(lambda index: (tf.gather(images, index), tf.gather(labels, index)))
-    dataset = dataset.map(lambda x, y: (tf.cast(x, tf.float32)[..., None] / 255.0, y))
+    dataset = dataset.map(lambda x, y: (x[..., None], y))  # raw uint8 pixels: the model scales them
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def make_eval_dataset(images, labels, batch_size=1000):
     dataset = tf.data.Dataset.from_tensor_slices((images, labels.astype(np.int32))).batch(batch_size)
-    return dataset.map(lambda x, y: (tf.cast(x, tf.float32)[..., None] / 255.0, y))
+    return dataset.map(lambda x, y: (x[..., None], y))

@@ -49,11 +49,21 @@ from tf_recipes.launchers import create_launcher  # noqa: E402
 
 
 # ## Model
-# The output layer stays float32 under --amp so that the softmax and the loss keep full precision.
+# The model takes the raw pixels (uint8, 0..255) and scales them itself, so that training, evaluation, the
+# export and predict.py feed it the same thing. The output layer stays float32 under --amp so that the
+# softmax and the loss keep full precision.
+
+class Pixels(keras.layers.Layer):
+    """uint8 pixels 0..255 -> float32 0..1, the model's preprocessing (float32 under --amp too)."""
+
+    def call(self, images):
+        return keras.ops.cast(images, "float32") / 255.0
+
 
 def build_model(dropout=True, num_classes=data.NUM_CLASSES):
     return keras.Sequential([
-        keras.Input((28, 28, 1)),
+        keras.Input((28, 28, 1), dtype="uint8"),
+        Pixels(dtype="float32"),
         keras.layers.Conv2D(32, 3, activation="relu"),
         keras.layers.Conv2D(64, 3, activation="relu"),
         keras.layers.MaxPooling2D(2),
@@ -79,7 +89,10 @@ def main(args):
     training.configure_precision(args.amp)
 
     x_train, y_train, x_test, y_test, names = data.load(args)
-    trainer = training.Trainer(launcher, RECIPE, args, num_examples=len(x_train))
+    # What finish() exports, checked now: 28x28 grayscale images in, a probability per digit out
+    exported = export.ExportSpec(task=export.CLASSIFICATION, class_names=names, image_size=(28, 28), channels=1,
+                                 build=lambda: build_model(num_classes=len(names)))
+    trainer = training.Trainer(launcher, RECIPE, cli.run_config(args), num_examples=len(x_train), export=exported)
 
     with launcher.scope():  # Distributed: model and optimizer variables on every replica
         model = build_model(dropout=not args.no_dropout, num_classes=len(names))
@@ -102,9 +115,7 @@ def main(args):
 
     # results.json, the export (a copy of the model for TF Serving and predict.py) and --target, in one call
     trainer.finish({"final_metrics": {"test": test_metrics}, "classes": names,
-                    "data": "synthetic" if args.synthetic else args.data_format},
-                   build=lambda: build_model(num_classes=len(names)), task=export.CLASSIFICATION, class_names=names,
-                   image_size=(28, 28), channels=1, to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
+                    "data": "synthetic" if args.synthetic else args.data_format})
 
 
 if __name__ == "__main__":

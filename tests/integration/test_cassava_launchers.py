@@ -91,4 +91,4 @@ def test_the_single_device_run_exports_a_savedmodel_that_serves_the_trained_mode
     process, results_dir = runs["single"]
     assert_ok(process)
     check_export(results_dir, tmp_path, recipe="cassava-resnet", build_args=(64, None), size=(64, 64), channels=3,
-                 to_model=lambda images: images, classes=["cbb", "cbsd", "cgm", "cmd", "healthy"])
+                 classes=["cbb", "cbsd", "cgm", "cmd", "healthy"])

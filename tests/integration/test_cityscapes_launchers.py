@@ -49,7 +49,7 @@ def test_trains_under_every_launcher_and_resumes_exactly(prepared, tmp_path, lau
         from helpers import recipe_module
         labels = recipe_module("cityscapes-unet", "labels")
         check_export(tmp_path / "whole", tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, "batch"),
-                     size=(64, 128), channels=3, to_model=lambda images: images.astype("float32") / 255.0,
+                     size=(64, 128), channels=3,
                      classes=labels.cityscapes_views()["classes"]["names"])
 
     assert_ok(invoke_run(prepared, tmp_path / "parts", launcher, "--max-steps", "4"))

@@ -154,6 +154,7 @@ def evaluate_alone():
 import json, sys
 sys.path[:0] = [".", "tests"]
 from tf_recipes import training
+from tf_recipes.config import RunConfig
 from tf_recipes.launchers import create_launcher
 from helpers import recipe_module
 train = recipe_module("mnist-cnn", "train")
@@ -162,8 +163,8 @@ launcher = create_launcher("single")
 x_train, _, x_test, y_test = data.synthetic_mnist(42)
 model = train.build_model()
 model.load_weights(sys.argv[1])
-args = train.parse_args(["--batch-size", "32", "--results-dir", sys.argv[2]])
-trainer = training.Trainer(launcher, "mnist-cnn", args, num_examples=len(x_train))
+trainer = training.Trainer(launcher, "mnist-cnn", RunConfig(batch_size=32, results_dir=sys.argv[2]),
+                           num_examples=len(x_train))
 trainer.model = model
 print(json.dumps(trainer.evaluate(data.make_eval_dataset(x_test, y_test), train.TASK)))
 """

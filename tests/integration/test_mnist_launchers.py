@@ -161,4 +161,4 @@ def test_the_chief_exports_a_savedmodel_that_serves_the_trained_model(acceptance
     assert_ok(process)
     assert process.stdout.count("export: ") == 1  # the chief only, once per job
     check_export(results_dir, tmp_path, recipe="mnist-cnn", build_args=(), size=(28, 28), channels=1,
-                 to_model=lambda images: images.astype(np.float32) / 255.0, classes=[str(d) for d in range(10)])
+                 classes=[str(d) for d in range(10)])

@@ -176,7 +176,7 @@ def test_the_readme_journey_runs_as_written(journey):
     assert class_names == sorted(CLASSES) and read_results(results)["classes"] == class_names
     model = train.build_model(num_classes=len(class_names))
     model.load_weights(results / "final.weights.h5")
-    probabilities = model.predict(images[..., None].astype("float32") / 255.0, verbose=0)
+    probabilities = model.predict(images[..., None], verbose=0)  # raw pixels: the model scales them
     val_files = image_folder.read_image_folder(str(data)).files(image_folder.VAL)
     by_file = {os.path.normpath(os.path.join(root, row["file"])): row  # relative to where predict ran
                for row in rows}
@@ -236,7 +236,7 @@ def test_the_readme_own_segmentation_data_journey_runs_as_written(tmp_path):
     assert sorted(p.name for p in out.glob("*.json")) == sorted(p.stem + ".json" for p in photos)
     for photo in photos:
         decoded = tf.io.decode_jpeg(tf.io.read_file(str(photo)), channels=3)
-        predicted = np.argmax(model(tf.cast(decoded[None], tf.float32) / 255.0, training=False)[0], axis=-1)
+        predicted = np.argmax(model(tf.cast(decoded[None], tf.float32), training=False)[0], axis=-1)
         expected = np.bincount(predicted.ravel(), minlength=len(names)) / predicted.size
         areas = json.loads((out / f"{photo.stem}.json").read_text())["class_fractions"]
         np.testing.assert_allclose([areas[name] for name in names], expected, atol=1e-3, err_msg=photo.name)

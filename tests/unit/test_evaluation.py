@@ -1,12 +1,18 @@
-"""tf_recipes.evaluation: --target's parsing and direction, --eval-every's default, and the curve that a
-resume continues (what it keeps of curve.json, and the time to target it counts)."""
+"""--target (tf_recipes.config.Target): its parsing, direction and the error of a run that missed it;
+--eval-every's default, and the curve that a resume continues (what it keeps of curve.json, and the time to
+target it counts); the run configuration the command line makes."""
 import argparse
+import dataclasses
 import json
 
 import pytest
 
-from tf_recipes import evaluation
-from tf_recipes.evaluation import Curve, Target, eval_interval, target_type
+from tf_recipes import cli, evaluation
+from tf_recipes.config import RunConfig, Target
+from tf_recipes.contract import TargetMissed
+from tf_recipes.evaluation import Curve, eval_interval
+
+target_type = cli.target_type
 
 
 def test_target_parses_a_known_metric_and_a_number():
@@ -48,13 +54,29 @@ def test_eval_interval(every, total, per_epoch, expected):
 
 
 def test_the_first_point_at_the_target_is_the_time_to_target(tmp_path):
-    curve = Curve(str(tmp_path), global_batch=128, target=Target("accuracy", 0.99))
+    target, curve = Target("accuracy", 0.99), Curve(str(tmp_path), global_batch=128)
     curve.add(100, {"loss": 0.1, "accuracy": 0.98, "examples": 10_000})
-    assert curve.target_reached is None
+    assert target.first_reached(curve.points) is None
+    missed = target.missed(curve.points, 100, "results/x")
+    assert isinstance(missed, TargetMissed) and str(missed).startswith(
+        "--target accuracy>=0.99 was not reached in 100 steps (the last evaluation's accuracy: 0.9800)")
     point = curve.add(200, {"loss": 0.05, "accuracy": 0.991, "examples": 10_000})
     curve.add(300, {"loss": 0.04, "accuracy": 0.995, "examples": 10_000})
     assert point["examples_seen"] == 200 * 128 and "examples" not in point
-    assert curve.target_reached == {"step": 200, "seconds": point["seconds"]}
+    assert target.first_reached(curve.points) == {"step": 200, "seconds": point["seconds"]}
+    assert target.missed(curve.points, 300, "results/x") is None
+
+
+def test_the_command_line_makes_the_run_configuration_field_by_field():
+    parser = cli.training_parser("t", batch_size=16, epochs=3, lr=1e-3)
+    flags = ["--batch-size", "8", "--max-steps", "40", "--target", "accuracy=0.9", "--no-export", "--profile", "2:4"]
+    config = cli.run_config(parser.parse_args(flags))
+    assert config == dataclasses.replace(RunConfig(), batch_size=8, epochs=3, max_steps=40, export=False,
+                                         target=Target("accuracy", 0.9), profile=(2, 4), results_dir=None)
+    defaults = cli.run_config(parser.parse_args([]))  # the flags' defaults are the configuration's
+    assert [getattr(defaults, f.name) for f in dataclasses.fields(RunConfig) if f.name not in ("batch_size", "epochs",
+            "results_dir")] == [f.default for f in dataclasses.fields(RunConfig) if f.name not in (
+                "batch_size", "epochs", "results_dir")]
 
 
 def test_a_resume_keeps_the_points_up_to_its_checkpoint_and_their_time(tmp_path):
@@ -62,16 +84,16 @@ def test_a_resume_keeps_the_points_up_to_its_checkpoint_and_their_time(tmp_path)
         {"step": 100, "examples_seen": 12_800, "seconds": 250.0, "accuracy": 0.98},
         {"step": 200, "examples_seen": 25_600, "seconds": 480.0, "accuracy": 0.991}]}
     (tmp_path / evaluation.CURVE_FILE).write_text(json.dumps(saved))
-    curve = Curve(str(tmp_path), global_batch=128, target=Target("accuracy", 0.99))
+    target, curve = Target("accuracy", 0.99), Curve(str(tmp_path), global_batch=128)
     curve.restore(200)
     assert [p["step"] for p in curve.points] == [100, 200]
     assert curve.earlier_seconds == 500.0 and curve.seconds() >= 500.0
-    assert curve.target_reached == {"step": 200, "seconds": 480.0}
+    assert target.first_reached(curve.points) == {"step": 200, "seconds": 480.0}
     # The checkpoint before it (the newest was damaged): its own points, and the time of its last point.
-    older = Curve(str(tmp_path), global_batch=128, target=Target("accuracy", 0.99))
+    older = Curve(str(tmp_path), global_batch=128)
     older.restore(150)
     assert [p["step"] for p in older.points] == [100] and older.earlier_seconds == 250.0
-    assert older.target_reached is None
+    assert target.first_reached(older.points) is None
 
 
 def test_a_missing_or_damaged_curve_starts_empty(tmp_path):

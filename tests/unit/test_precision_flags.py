@@ -4,7 +4,7 @@ do in training runs is tests/integration/test_precision.py; the overflow it inje
 (TF_RECIPES_FAULT_OVERFLOW) is checked in tests/unit/test_training_parts.py."""
 import pytest
 
-from tf_recipes import cli
+from tf_recipes import config
 from helpers import run_python
 from test_bad_numbers import RECIPES, assert_parser_refuses, recipe_parser
 
@@ -16,19 +16,19 @@ from test_bad_numbers import RECIPES, assert_parser_refuses, recipe_parser
     ("bfloat16", False, "mixed_bfloat16"), ("bfloat16", True, "mixed_bfloat16"),
 ])
 def test_the_precision_of_each_amp_value(amp, gpu, policy):
-    assert cli.precision_policy(amp, gpu) == policy
+    assert config.precision_policy(amp, gpu) == policy
 
 
 def test_an_unknown_amp_value_is_refused_by_the_policy_too():
     with pytest.raises(ValueError, match="fp16"):
-        cli.precision_policy("fp16", gpu=True)
+        config.precision_policy("fp16", gpu=True)
 
 
 def test_each_policy_names_the_flags_that_ask_for_it_anywhere():
     for amp in (None, "float16", "bfloat16"):
-        flags = cli.amp_flags(cli.precision_policy(amp, gpu=False)).split()
-        policy = cli.precision_policy(flags[1] if flags[0] == "--amp" else None, gpu=True)
-        assert policy == cli.precision_policy(amp, gpu=False), (amp, flags)
+        flags = config.amp_flags(config.precision_policy(amp, gpu=False)).split()
+        policy = config.precision_policy(flags[1] if flags[0] == "--amp" else None, gpu=True)
+        assert policy == config.precision_policy(amp, gpu=False), (amp, flags)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

@@ -120,9 +120,9 @@ def test_a_class_folder_whose_name_is_not_one_line_is_named_with_its_folder(tmp_
     assert "\n" not in str(raised.value)
 
 
-def test_the_export_refuses_a_class_name_that_is_not_one_line_of_labels_txt(tmp_path):
+def test_the_export_refuses_a_class_name_that_is_not_one_line_of_labels_txt():
     from tf_recipes import export
+    spec = export.ExportSpec(task=export.CLASSIFICATION, class_names=["apple", "ban\nana"], image_size=(32, 32),
+                             channels=3, build=lambda: None)
     with pytest.raises(DataError, match=r"class name 'ban\\nana' holds a line break .* labels.txt"):
-        export.write_export(str(tmp_path / "export"), None, recipe="cassava-resnet", task=export.CLASSIFICATION,
-                            class_names=["apple", "ban\nana"], image_size=(32, 32), channels=3, to_model=None)
-    assert not (tmp_path / "export").exists()
+        spec.checked()  # when the Trainer is made, before the first step

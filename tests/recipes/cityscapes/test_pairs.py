@@ -128,7 +128,7 @@ def test_the_unet_trains_on_the_pairs_with_their_classes_and_predicts_in_their_c
     assert results["classes"] == NAMES and len(results["final_metrics"]["val"]["iou_per_class"]) == 3
     assert "category_mean_iou" not in results["final_metrics"]["val"]  # own classes: no Cityscapes categories
     served = check_export(run, tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, "none", 3), size=(64, 128),
-                          channels=3, to_model=lambda images: images.astype(np.float32) / 255.0, classes=NAMES)
+                          channels=3, classes=NAMES)
     assert served["probabilities"].shape == (3, 64, 128, 3)
     classes = json.loads((run / "export" / "1" / "assets.extra" / "classes.json").read_text())
     assert [(c["name"], c["colour"]) for c in classes] == [(c["name"], c["colour"]) for c in CLASSES]

@@ -21,9 +21,9 @@ def model(tmp_path_factory):
     plain = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),
                               keras.layers.Dense(10, activation="softmax")])
     base = tmp_path_factory.mktemp("results") / export.EXPORT_DIR
-    export.write_export(str(base / "1"), plain, recipe="mnist-cnn", task=export.CLASSIFICATION,
-                        class_names=[str(digit) for digit in range(10)], image_size=(28, 28), channels=1,
-                        to_model=lambda images: keras.ops.cast(images, "float32") / 255.0)
+    spec = export.ExportSpec(task=export.CLASSIFICATION, class_names=[str(digit) for digit in range(10)],
+                             image_size=(28, 28), channels=1, build=lambda: plain)
+    export.write_export(str(base / "1"), plain, spec.checked(), "mnist-cnn")
     return base
 
 
