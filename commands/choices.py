@@ -21,5 +21,5 @@ BASES = ("ngc", "gpu", "cpu")  # image variants: NVIDIA's TensorFlow image, imag
 STACK_BASES = {"ngc-25.02": ("ngc", "cpu"), "current": ("gpu", "cpu")}
 STACK_FILE = "stacks/{stack}.txt"
 
-# -- the preflight check (`invoke preflight`, `python -m tf_recipes.preflight`) ----------------------------
-PREFLIGHT_MODULE = "tf_recipes.preflight"  # what the launchers start instead of a recipe's train.py
+# -- the preflight check (`invoke preflight`, `python -m tf_recipes.operations.preflight`) ----------------------------
+PREFLIGHT_MODULE = "tf_recipes.operations.preflight"  # what the launchers start instead of a recipe's train.py

@@ -355,7 +355,7 @@ From: {base}
     # carries, but TensorFlow's: the base image's TensorFlow stays, and keeps its own pins (protobuf, numpy).
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --no-deps --no-index \\
         --find-links /tmp/tf-recipes-wheels tf-recipes
-    python3 -m tf_recipes.constraints {stack} > /tmp/stack.txt
+    python3 -m tf_recipes.operations.constraints {stack} > /tmp/stack.txt
     grep -v '^tensorflow==' /tmp/stack.txt > /tmp/stack-constraints.txt
     tensorflow="$(python3 -c 'import importlib.metadata as m; d = m.packages_distributions()["tensorflow"][0]; print(f"{{d}}=={{m.version(d)}}")')"
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --find-links /tmp/tf-recipes-wheels \\

@@ -185,7 +185,7 @@ class _Job:
     preflight: bool = False
 
     def preflight_args(self) -> list[str]:
-        """`python -m tf_recipes.preflight`'s arguments: the job's results folder, the default deadline."""
+        """`python -m tf_recipes.operations.preflight`'s arguments: the job's results folder, the default deadline."""
         return ["--deadline", str(contract.PREFLIGHT_DEFAULT_DEADLINE),
                 "--results-dir", f"{CONTAINER_RESULTS_DIR}/{self.name}"]
 
@@ -362,7 +362,7 @@ def build_manifests(recipe: str, *, launcher: str | None = None, kind: str | Non
                     memory_per_worker: str | None = None, shm_size: str | None = None) -> list[dict]:
     """The Kubernetes objects that run `recipe` on `workers` pods with `gpus_per_worker` GPUs each.
 
-    `preflight`: every container that starts train.py first runs `python -m tf_recipes.preflight` with
+    `preflight`: every container that starts train.py first runs `python -m tf_recipes.operations.preflight` with
     the same launcher (the MPIJob's launcher pod a first mpirun, each multiworker pod a first
     process), as `bash -c 'CHECK && exec TRAIN'`; a broken cluster ends the pod with status 4.
 

@@ -88,7 +88,7 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
 
     `module` (such as commands.choices.PREFLIGHT_MODULE) starts `python -m MODULE` in every process
     instead of the recipe's train.py, with the same launcher, processes and environment; `faults`
-    starts train.py through `python -m tf_recipes.faults`, which injects the TF_RECIPES_FAULT_* faults.
+    starts train.py through `python -m tf_recipes.operations.faults`, which injects the TF_RECIPES_FAULT_* faults.
     """
     check_choice("launcher", launcher, LAUNCHERS)
     check_choice("horovod runner", horovod_runner, HOROVOD_RUNNERS)
@@ -114,13 +114,13 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     # single and mirrored: one process uses every GPU; multiworker and horovod: one GPU per process.
     env = launch_environment(gpus, gpus if launcher_trait(launcher, "gpus_per_process") == "all" else min(gpus, 1))
 
-    # One branch per way of starting the processes: one process (single, mirrored), tf_recipes.spawn's
+    # One branch per way of starting the processes: one process (single, mirrored), tf_recipes.operations.spawn's
     # workers with TF_CONFIG (multiworker), or MPI ranks through horovodrun or mpirun (horovod).
     if launcher_trait(launcher, "one_process"):
         # A strategy in one process; on CPUs it is told how many replicas (logical devices) to make.
         argv = train + ([] if gpus or launcher_trait(launcher, "one_replica") else ["--cpu-replicas", str(replicas)])
     elif peers_from == "TF_CONFIG":
-        argv = [python, "-m", "tf_recipes.spawn", "--nproc", str(replicas)]
+        argv = [python, "-m", "tf_recipes.operations.spawn", "--nproc", str(replicas)]
         argv += ["--gpus-per-worker", "1"] if gpus else []
         if nodes > 1:
             argv += ["--hosts", ",".join(hosts), "--node-index", str(node_index), "--port-base", str(port_base)]
@@ -165,11 +165,11 @@ def build_train_command(recipe: str, launcher: str, train_args=(), python: str =
                         module: str | None = None, faults: bool = False) -> list[str]:
     """One training process: what every launcher, scheduler task (srun) and pod finally runs
     (`python -m MODULE` instead of the recipe's train.py when `module` is given; train.py through
-    `python -m tf_recipes.faults` with `faults`)."""
+    `python -m tf_recipes.operations.faults` with `faults`)."""
     check_choice("launcher", launcher, LAUNCHERS)
     program = ["-m", module] if module else [f"recipes/{recipe}/train.py"]
     if faults and not module:
-        program = ["-m", "tf_recipes.faults", *program]
+        program = ["-m", "tf_recipes.operations.faults", *program]
     return [python, *program, "--launcher", launcher, *train_args]
 
 

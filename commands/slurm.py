@@ -199,7 +199,7 @@ def render_sbatch(recipe: str, launcher: str, *, nodes: int, gpus_per_node: int,
     from the recipe folder, which may be a copy of it outside the repository).
 
     `preflight`: a first step, with the same srun and container flags, runs `python -m
-    tf_recipes.preflight` in every task; the job ends there (status 4) when the cluster is broken.
+    tf_recipes.operations.preflight` in every task; the job ends there (status 4) when the cluster is broken.
     `mpi`: the srun MPI plugin the horovod ranks start through (`srun --mpi=MPI`): pmix, or pmi2 on a
     cluster without PMIx (its MPI library must then support PMI-2)."""
     job_name = f"tf-recipes-{recipe}" if job_name is None else job_name

@@ -30,8 +30,8 @@ from tasks import host
         "job-name": "job name (default tf-recipes-RECIPE)",
         "signal-grace": "seconds before the time limit at which the tasks get SIGUSR1 and checkpoint",
         "requeue": "when the job stops on a signal with a checkpoint, requeue it; it resumes by itself",
-        "preflight": "first run `python -m tf_recipes.preflight` in every task (invoke preflight); a broken cluster "
-                     "stops the job",
+        "preflight": "first run `python -m tf_recipes.operations.preflight` in every task (invoke preflight); a broken "
+                     "cluster stops the job",
         "mpi": "srun's MPI plugin for the horovod ranks: pmix (default), or pmi2 on a cluster without PMIx",
         "out": "write the script here instead of printing it",
         "dry": "print the script even when --out is given; write nothing",
@@ -82,7 +82,7 @@ def sbatch(c, recipe, launcher="horovod", nodes="1", gpus_per_node="8", tasks_pe
         "name": "job name (default RECIPE-LAUNCHER); results go to /results/NAME",
         "horovod-runner": "with mpijob: mpirun (default) | horovodrun",
         "grace-period": "seconds between SIGTERM and SIGKILL: time to stop at a step and checkpoint",
-        "preflight": "first run `python -m tf_recipes.preflight` in the containers that start train.py "
+        "preflight": "first run `python -m tf_recipes.operations.preflight` in the containers that start train.py "
                      "(invoke preflight)",
         "out": "write the manifests here instead of printing them",
         "dry": "print the manifests even when --out is given; write nothing",

@@ -14,7 +14,8 @@ import sys
 from invoke import Exit
 
 from commands import choices, containers, launch
-from tf_recipes import atomic, contract, spawn, user_paths
+from tf_recipes import atomic, contract, user_paths
+from tf_recipes.operations import spawn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Defaults of the `tf_recipes` configuration; invoke.yaml or INVOKE_TF_RECIPES_* override them, for

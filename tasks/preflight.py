@@ -1,7 +1,7 @@
 """`invoke preflight`: check a cluster in seconds before training on it.
 
 The same launch command as `invoke run` (tasks/run.py's prepare_job, commands/launch.py), with
-`python -m tf_recipes.preflight` in every process instead of the recipe's train.py. See that module for
+`python -m tf_recipes.operations.preflight` in every process instead of the recipe's train.py. See that module for
 what is checked; the verdict is preflight.json in the results folder.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from invoke import Exit, task
 from commands import choices
 from tf_recipes import contract
 from tf_recipes.cli import at_least, positive_int
-from tf_recipes.preflight import MIN_DEADLINE, parse_size
+from tf_recipes.operations.preflight import MIN_DEADLINE, parse_size
 from tasks import host
 from tasks.run import LAUNCH_HELP, prepare_job
 
@@ -106,7 +106,7 @@ def preflight(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="aut
               deadline=str(contract.PREFLIGHT_DEFAULT_DEADLINE), sizes=None, repeats="3", allow_socket=False,
               dry=False):
     """Check the cluster RECIPE would run on: hosts, devices, versions, one exact all-reduce, bandwidth."""
-    # The checks tf_recipes.preflight makes, here too: a bad value ends before a folder or a process exists.
+    # The checks tf_recipes.operations.preflight makes, here too: a bad value ends before a folder or a process exists.
     try:
         seconds = float(deadline)
     except ValueError:

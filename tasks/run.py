@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from invoke import Exit, task
 
 from commands import choices, containers, launch
-from tf_recipes import contract, spawn, user_paths
-from tf_recipes.faults import FAULT_ENVS
+from tf_recipes import contract, user_paths
+from tf_recipes.operations import spawn
+from tf_recipes.operations.faults import FAULT_ENVS
 from tasks import host
 
 RUNTIMES = ("auto", *choices.RUNTIMES)
@@ -82,14 +83,14 @@ def _stack(stack: str, runtime: str, launcher: str) -> str:
 
 def asked_faults() -> dict:
     """The TF_RECIPES_FAULT_* variables invoke's environment sets: train.py then starts through
-    `python -m tf_recipes.faults`, which injects them (the tests' and the nightly's control cells)."""
+    `python -m tf_recipes.operations.faults`, which injects them (the tests' and the nightly's control cells)."""
     return {name: os.environ[name] for name in FAULT_ENVS if os.environ.get(name)}
 
 
 def _in_runtime(c, plan, *, recipe, runtime, stack, base, image, gpus, data_dir, results_dir, nsys, multi_host,
                 docker, dry):
     """(argv, env) that start the launch plan in its runtime. The faults a test asks for
-    (tf_recipes.faults' TF_RECIPES_FAULT_* variables, in invoke's environment) reach the processes: a local
+    (tf_recipes.operations.faults' TF_RECIPES_FAULT_* variables, in invoke's environment) reach the processes: a local
     run inherits them, a container is given them."""
     env = dict(plan.env)
     cfg = host.settings(c)

@@ -18,5 +18,5 @@
   official Cityscapes layout it is run on.
 
 The recipes' input-pipeline benchmarks stay in their folders (`recipes/*/benchmark_input.py`) and
-share common/tf_recipes/pipeline_bench.py.
+share common/tf_recipes/operations/pipeline_bench.py.
 """

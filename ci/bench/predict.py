@@ -29,7 +29,7 @@ import tensorflow as tf  # noqa: E402
 from tf_recipes import export, user_paths  # noqa: E402
 from tf_recipes.contract import (EXIT_USER_ERROR, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,  # noqa: E402
                                  FINAL_WEIGHTS_FILE, RESULTS_FILE)
-from tf_recipes.predicting import EXPORT_SIGNATURE  # noqa: E402
+from tf_recipes.operations.predicting import EXPORT_SIGNATURE  # noqa: E402
 
 
 def recipe_train_module(recipe):

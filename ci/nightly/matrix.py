@@ -137,7 +137,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _check_env(env, where: str) -> None:
     """A launcher's `env`: a mapping of environment variable names to plain values (such as the control
-    cells' TF_RECIPES_FAULT_* variables, injected by python -m tf_recipes.faults)."""
+    cells' TF_RECIPES_FAULT_* variables, injected by python -m tf_recipes.operations.faults)."""
     if not isinstance(env, dict):
         raise MatrixError(f"{where}.env: expected a mapping of environment variables to values, got {env!r}")
     for name, value in env.items():

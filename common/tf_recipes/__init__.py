@@ -9,9 +9,9 @@ a Kubernetes Indexed Job's peers), `training` (the loop, `Trainer.finish`), `che
 `export` (the SavedModel), `data` (the global order of examples), `image_folder` and `user_paths` (a user's
 photos and paths), `stopping` (signals), `atomic` (writes that survive a crash).
 
-What serves operations, and no training run imports: `spawn` (`python -m tf_recipes.spawn`: local
+What serves operations, and no training run imports: `spawn` (`python -m tf_recipes.operations.spawn`: local
 workers), `preflight` (the cluster check), `predicting` (every predict.py), `pipeline_bench` (the input
 benchmarks), `constraints` (a stack's pins, with `tf_recipes.stacks`), `faults` (`python -m
-tf_recipes.faults train.py`: the faults the tests inject through the launcher).
+tf_recipes.operations.faults train.py`: the faults the tests inject through the launcher).
 """
 __version__ = "0.3.0"

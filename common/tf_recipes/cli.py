@@ -126,6 +126,18 @@ def add_evaluation_flags(parser, metrics: tuple[str, ...]) -> None:
                               f"A run that never reaches it exits with status {contract.EXIT_TARGET_MISSED}")
 
 
+def add_image_folder_flags(parser, default: str) -> None:
+    """--data-format (DEFAULT or image-folder) and --val-fraction, on a recipe's parser
+    (tf_recipes.image_folder reads such a folder)."""
+    group = parser.add_argument_group("your own photos")
+    group.add_argument("--data-format", choices=[default, "image-folder"], default=default,
+                       help="image-folder: --data-dir holds train/ and val/ (or, with --val-fraction, one "
+                            "folder), each with one subfolder of .jpg/.png photos per class")
+    group.add_argument("--val-fraction", type=fraction, default=None, metavar="F",
+                       help="image-folder without val/: keep this fraction of each class for validation "
+                            "(drawn from --seed)")
+
+
 def training_parser(description: str, *, batch_size: int, epochs: int, lr: float,
                     metrics: tuple[str, ...] = ("accuracy",)) -> argparse.ArgumentParser:
     """An argparse parser with the shared flags (`metrics`: what --target may name besides the loss)."""

@@ -1,5 +1,5 @@
 """TF_CONFIG, the cluster MultiWorkerMirroredStrategy reads: built for worker i of a list of addresses
-(tf_recipes.spawn, a Kubernetes Indexed Job's contract.INDEXED_JOB_* variables) and checked before anything
+(tf_recipes.operations.spawn, a Kubernetes Indexed Job's contract.INDEXED_JOB_* variables) and checked before anything
 waits on it. Imports no TensorFlow.
 """
 from __future__ import annotations

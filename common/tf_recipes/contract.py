@@ -127,7 +127,7 @@ def class_name_problem(name) -> str | None:
     return None
 
 
-# The preflight check (`invoke preflight`, `python -m tf_recipes.preflight`).
+# The preflight check (`invoke preflight`, `python -m tf_recipes.operations.preflight`).
 PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)
 PREFLIGHT_DEFAULT_DEADLINE = 120  # seconds for the whole check, from each process's start
 

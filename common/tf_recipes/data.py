@@ -27,10 +27,13 @@ class DataError(UserError, ValueError):
     """Bad or missing data, with a message that says what to do."""
 
 
+DOWNLOAD_HOST = "storage.googleapis.com"  # where TFDS and Keras download from (faults can point it elsewhere)
+
+
 def cannot_download(timeout_s: float = 5.0) -> str | None:
-    """"HOST cannot be reached" when a download cannot start (no proxy, and storage.googleapis.com, or
-    TF_RECIPES_DOWNLOAD_HOST's mirror, does not answer on 443 at once: downloaders retry for minutes), else None."""
-    host = os.environ.get("TF_RECIPES_DOWNLOAD_HOST", "storage.googleapis.com")
+    """"HOST cannot be reached" when a download cannot start (no proxy, and DOWNLOAD_HOST does not answer on
+    443 at once: the downloaders would retry for minutes), else None."""
+    host = DOWNLOAD_HOST
     if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return None
     try:

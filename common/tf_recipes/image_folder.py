@@ -104,16 +104,3 @@ def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: in
 
 def unreadable(path: str, reason: str) -> DataError:
     return DataError(f"{path} cannot be decoded as an image ({reason}); replace or remove it")
-
-
-def add_args(parser, default: str) -> None:
-    """--data-format (DEFAULT or image-folder) and --val-fraction, on a recipe's parser."""
-    from tf_recipes.cli import fraction
-
-    group = parser.add_argument_group("your own photos")
-    group.add_argument("--data-format", choices=[default, "image-folder"], default=default,
-                       help="image-folder: --data-dir holds train/ and val/ (or, with --val-fraction, one "
-                            "folder), each with one subfolder of .jpg/.png photos per class")
-    group.add_argument("--val-fraction", type=fraction, default=None, metavar="F",
-                       help="image-folder without val/: keep this fraction of each class for validation "
-                            "(drawn from --seed)")

@@ -109,10 +109,6 @@ class Launcher:
         """Gradients every replica applies. Strategies sum inside `apply_gradients`; Horovod here."""
         return gradients
 
-    def replica_id(self):
-        """In a replica's step: this replica's index in the job, 0 .. num_replicas-1."""
-        return tf.distribute.get_replica_context().replica_id_in_sync_group  # Strategy: the replica's index
-
     def prepare(self, model, optimizer):
         """Called once the model and optimizer exist and any checkpoint is restored."""
 
@@ -223,7 +219,7 @@ def _cluster_resolver():
     if "SLURM_PROCID" not in os.environ:
         raise LauncherError(
             "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them "
-            "with `python -m tf_recipes.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
+            "with `python -m tf_recipes.operations.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
 
     check_slurm_environment(os.environ)
@@ -331,9 +327,6 @@ class HorovodLauncher(Launcher):
     def aggregate_gradients(self, gradients):
         # Horovod: gradient all-reduce, a sum: each loss is already scaled by 1/global_batch
         return self.hvd.grouped_allreduce(gradients, op=self.hvd.Sum)
-
-    def replica_id(self):
-        return self.worker_index  # Horovod: one replica per rank, outside any strategy
 
     def prepare(self, model, optimizer):
         for variable in model.variables + optimizer.variables:

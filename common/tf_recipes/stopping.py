@@ -2,7 +2,7 @@
 (SIGINT to the whole process group): a training process raises a flag that the loop all-reduces with a
 step's outputs, so every process stops after the same step with a checkpoint and exits with EXIT_STOPPED.
 A second Ctrl-C stops at once (KeyboardInterrupt, status 130). Passing the signals on to child processes is
-tf_recipes.spawn's."""
+tf_recipes.operations.spawn's."""
 from __future__ import annotations
 
 import os

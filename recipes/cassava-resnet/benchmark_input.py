@@ -46,7 +46,7 @@ import generated_cassava  # noqa: E402
 import input_pipeline  # noqa: E402
 from tf_recipes import user_paths  # noqa: E402
 from tf_recipes.data import InputShard, steps_per_epoch  # noqa: E402
-from tf_recipes.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
+from tf_recipes.operations.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
 from tf_recipes.reporting import throughput, versions, write_json  # noqa: E402
 
 PIPELINES = ("seed", "ours")

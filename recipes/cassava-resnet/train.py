@@ -7,7 +7,8 @@ seed tutorial's model and hyper-parameters. The same script runs under every lau
 
     python recipes/cassava-resnet/train.py --launcher single --data-dir DIR
     python recipes/cassava-resnet/train.py --launcher mirrored --data-dir DIR        # all local GPUs
-    python -m tf_recipes.spawn --nproc 2 -- python recipes/cassava-resnet/train.py --launcher multiworker --data-dir DIR
+    python -m tf_recipes.operations.spawn --nproc 2 -- \
+        python recipes/cassava-resnet/train.py --launcher multiworker --data-dir DIR
     horovodrun -np 4 -H localhost:4 python recipes/cassava-resnet/train.py --launcher horovod --data-dir DIR
 
 or all of them through `invoke run cassava-resnet --gpus N --launcher L -- --data-dir DIR`.
@@ -19,7 +20,7 @@ imagenet` (downloaded by Keras, or already in ~/.keras/models), `none`, or a loc
 import os
 import warnings
 
-from tf_recipes import cli, image_folder, user_paths
+from tf_recipes import cli, user_paths
 
 RECIPE = "cassava-resnet"
 
@@ -48,7 +49,7 @@ def parse_args(argv=None):
     parser.add_argument("--cache-dir", default=None,
                         help="where the resized training images are cached (default: ~/.cache/tf-recipes/"
                              "cassava-resnet); node-local scratch or a shared file system")
-    image_folder.add_args(parser, default="tfds")
+    cli.add_image_folder_flags(parser, default="tfds")
     args = parser.parse_args(argv)
     if args.image_size < 32:
         parser.error(f"--image-size {args.image_size} is below ResNet50's minimum of 32")

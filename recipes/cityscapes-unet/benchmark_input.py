@@ -42,7 +42,7 @@ import prepare_data  # noqa: E402
 from tf_recipes import user_paths  # noqa: E402
 from tf_recipes.atomic import replace_durably  # noqa: E402
 from tf_recipes.data import InputShard, sharded_order  # noqa: E402
-from tf_recipes.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
+from tf_recipes.operations.pipeline_bench import memory_mb, memory_since, ratios_within_rounds, summarise_epochs  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 SEED = 0

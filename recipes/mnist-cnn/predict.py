@@ -6,7 +6,7 @@ or `invoke predict mnist-cnn --model RESULTS/export --input FILE_OR_FOLDER --out
 (written at the end of train.py, see docs/using.md): its newest version RESULTS/export/N, or the version
 folder given as --model; never this recipe's training code.
 """
-from tf_recipes import predicting
+from tf_recipes.operations import predicting
 
 if __name__ == "__main__":
     predicting.main(__doc__.split("\n")[0], "classification")

@@ -7,7 +7,7 @@ The same script runs under every launcher; only `--launcher` and the program tha
     python recipes/mnist-cnn/train.py --launcher single
     python recipes/mnist-cnn/train.py --launcher mirrored                  # all local GPUs
     python recipes/mnist-cnn/train.py --launcher mirrored --cpu-replicas 2 # no GPU: 2 CPU replicas
-    python -m tf_recipes.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
+    python -m tf_recipes.operations.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
     horovodrun -np 2 -H localhost:2 python recipes/mnist-cnn/train.py --launcher horovod
 
 or all of them through `invoke run mnist-cnn --gpus N --launcher L`.
@@ -17,7 +17,7 @@ Data (data.py): TFDS `mnist`, or `--data-dir DIR` holding either a TFDS data dir
 and tests; your own photos with `--data-format image-folder --data-dir DIR` (train/ and val/, one
 subfolder per class), each made 28x28 grayscale as the export makes a client's image.
 """
-from tf_recipes import cli, image_folder
+from tf_recipes import cli
 
 RECIPE = "mnist-cnn"
 
@@ -34,7 +34,7 @@ def parse_args(argv=None):
                         help="sgd (momentum 0.9) is sensitive to the gradient scale, which Adam hides")
     parser.add_argument("--no-dropout", action="store_true",
                         help="disable dropout (parity tests: masks are drawn per replica)")
-    image_folder.add_args(parser, default="mnist")
+    cli.add_image_folder_flags(parser, default="mnist")
     return parser.parse_args(argv)
 
 

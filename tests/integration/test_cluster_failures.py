@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tf_recipes.spawn import free_ports, worker_environments
+from tf_recipes.operations.spawn import free_ports, worker_environments
 from helpers import REPO, assert_ok, read_results, run_invoke, run_python
 from jobs import Job, wait_for_processes
 
@@ -32,7 +32,7 @@ CLUSTER_WORDS = re.compile(r"coordination|collective|ring_alg|heartbeat|PREEMPTI
 
 def start_workers(count, results_dir, *train_args, started=None):
     """`count` multiworker processes with their own TF_CONFIG (only those in `started`, if given),
-    without tf_recipes.spawn, which would stop the others itself when one fails."""
+    without tf_recipes.operations.spawn, which would stop the others itself when one fails."""
     environments = worker_environments(count, free_ports(count))
     processes = {}
     for index, env in enumerate(environments):

@@ -4,7 +4,7 @@ install, no path to it), the library and the folder's requirements installed wit
 and then, from that folder alone:
 
 1. train on one device;
-2. train multiworker with the library's process launcher (`python -m tf_recipes.spawn`);
+2. train multiworker with the library's process launcher (`python -m tf_recipes.operations.spawn`);
 3. predict with the export (predict.py);
 4. a SLURM script of launch/ runs its steps from the folder (srun stood in for: it records what it starts);
 5. the image builds with the folder as the whole build context, on the CPU base image, and trains.
@@ -111,8 +111,8 @@ def test_the_copied_folder_trains_predicts_and_runs_its_slurm_script(carried, tm
     single = folder / "results" / RECIPE
     assert read_results(single)["steps"] == 3
     # 2. two workers, started by the library's process launcher
-    assert_ok(run_in(folder, env, "python", "-m", "tf_recipes.spawn", "--nproc", "2", "--", "python", "train.py",
-                     "--launcher", "multiworker", "--synthetic", "--max-steps", "3", "--batch-size", "16",
+    assert_ok(run_in(folder, env, "python", "-m", "tf_recipes.operations.spawn", "--nproc", "2", "--", "python",
+                     "train.py", "--launcher", "multiworker", "--synthetic", "--max-steps", "3", "--batch-size", "16",
                      "--results-dir", "results/multiworker"))
     assert read_results(folder / "results" / "multiworker")["replicas"] == 2
     # 3. predict with the export

@@ -74,7 +74,7 @@ def test_a_results_folder_that_turns_read_only_mid_run_is_one_line_and_the_check
     results = tmp_path / "run"
     folder = results / "checkpoints"
     train = ("recipes/mnist-cnn/train.py", "--synthetic", "--checkpoint-every", "5", "--results-dir", str(results))
-    process = subprocess.Popen([sys.executable, "-m", "tf_recipes.faults", *train, "--max-steps", "40"],
+    process = subprocess.Popen([sys.executable, "-m", "tf_recipes.operations.faults", *train, "--max-steps", "40"],
                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_RECIPES_FAULT_SLOW_STEP": "0.3"})
     bound = False

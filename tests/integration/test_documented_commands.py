@@ -84,8 +84,8 @@ def assert_trained(results_dir: pathlib.Path, launcher: str, replicas: int, step
 # (docs/running.md), on the results of that run -----------------------------------------------------------
 
 MNIST_MIRRORED = "python recipes/mnist-cnn/train.py --launcher mirrored --cpu-replicas 2 --synthetic --max-steps 20"
-MNIST_SPAWN = ("python -m tf_recipes.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker "
-               "--synthetic --max-steps 20")
+MNIST_SPAWN = ("python -m tf_recipes.operations.spawn --nproc 2 -- python recipes/mnist-cnn/train.py "
+               "--launcher multiworker --synthetic --max-steps 20")
 SAVED_MODEL_CLI = "saved_model_cli show --all --dir results/mnist-cnn/export/1"
 TENSORBOARD = "tensorboard --logdir results/"
 

@@ -5,7 +5,7 @@ float16 is slow on the CPU but computes the same way as on a GPU: the LossScaleO
 loss, skips a step whose gradients overflowed and halves the scale. What must hold, under every launcher:
 
 - float16 + XLA, with a first loss scale so large that the first step overflows on its own, and one
-  replica's gradients overflowing on purpose at a later step (TF_RECIPES_FAULT_OVERFLOW, tf_recipes.faults;
+  replica's gradients overflowing on purpose at a later step (TF_RECIPES_FAULT_OVERFLOW, tf_recipes.operations.faults;
   replica 1 where there are two, since left to Keras the first replica of each process decides for it): every replica
   skips exactly those steps, the loss scale halves at each of them and stays equal on every replica,
   the replicas end bit-identical, and a run limited to 3 steps and resumed ends bit-identical to the
@@ -58,7 +58,7 @@ def float16_xla_args(launcher, steps):
 
 def overflow_fault(launcher, start_step=0):
     """The environment that makes the last replica's gradients overflow at FAULT_STEP of a run that
-    starts at `start_step` (tf_recipes.faults counts the steps a process runs)."""
+    starts at `start_step` (tf_recipes.operations.faults counts the steps a process runs)."""
     return {"TF_RECIPES_FAULT_OVERFLOW": f"{REPLICAS[launcher] - 1}:{FAULT_STEP - start_step}"}
 
 

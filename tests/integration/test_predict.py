@@ -192,7 +192,7 @@ def test_each_unreadable_kind_of_input_is_one_line_and_the_others_are_predicted(
 
 
 def test_the_csv_keeps_the_finished_batches_when_a_later_batch_fails(runs, tmp_path, monkeypatch):
-    from tf_recipes import predicting
+    from tf_recipes.operations import predicting
 
     files, _ = write_test_images(tmp_path / "in", (28, 28), 1, count=4)
     calls = []

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from tf_recipes import contract
-from tf_recipes import preflight
-from tf_recipes.spawn import free_ports, worker_environments
+from tf_recipes.operations import preflight
+from tf_recipes.operations.spawn import free_ports, worker_environments
 from helpers import REPO, assert_ok, read_results, run_invoke
 from jobs import Job
 from test_slurm_cluster import submit_script
@@ -81,7 +81,7 @@ def test_a_rank_that_never_started_is_named_within_the_deadline(tmp_path):
     env = worker_environments(2, free_ports(2))[0]
     started = time.monotonic()
     process = subprocess.run(
-        [sys.executable, "-m", "tf_recipes.preflight", "--launcher", "multiworker", "--deadline", "20",
+        [sys.executable, "-m", "tf_recipes.operations.preflight", "--launcher", "multiworker", "--deadline", "20",
          "--results-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60,
         env={**os.environ, **env, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"})
     elapsed = time.monotonic() - started

@@ -101,7 +101,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_a_killed_run_holds_it_
     import subprocess
     import time
 
-    first = subprocess.Popen([sys.executable, "-m", "tf_recipes.faults", *ARGS, "--max-steps", "60",
+    first = subprocess.Popen([sys.executable, "-m", "tf_recipes.operations.faults", *ARGS, "--max-steps", "60",
                               "--results-dir", str(tmp_path)], cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL,
                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_RECIPES_FAULT_SLOW_STEP": "0.5"})
@@ -177,8 +177,9 @@ def test_multiworker_resume_of_a_finished_run_ends_on_every_process(tmp_path):
     """Every process reads the same checkpoint and ends before any collective: none waits for a
     chief that already returned."""
     def spawn(*extra):
-        return run_python("-m", "tf_recipes.spawn", "--nproc", "2", "--", sys.executable, *ARGS, "--launcher",
-                          "multiworker", "--max-steps", "4", "--results-dir", str(tmp_path), *extra, timeout=300)
+        return run_python("-m", "tf_recipes.operations.spawn", "--nproc", "2", "--", sys.executable, *ARGS,
+                          "--launcher", "multiworker", "--max-steps", "4", "--results-dir", str(tmp_path), *extra,
+                          timeout=300)
 
     assert_ok(spawn())
     before = folder_bytes(tmp_path)

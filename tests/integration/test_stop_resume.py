@@ -99,7 +99,7 @@ def test_a_stopped_job_checkpoints_together_and_resumes_exactly(launcher, signam
 
 @pytest.mark.parametrize("launcher", ["single", "multiworker", "horovod"])
 def test_a_terminal_s_ctrl_c_stops_like_sigterm_and_resumes_exactly(launcher, tmp_path, uninterrupted, request):
-    """Ctrl-C sends SIGINT to the whole foreground process group: invoke, tf_recipes.spawn and every worker.
+    """Ctrl-C sends SIGINT to the whole foreground process group: invoke, tf_recipes.operations.spawn and every worker.
     The job checkpoints together and exits 143, as on SIGTERM, and --resume ends where a run nobody stopped
     ends."""
     if launcher == "horovod":

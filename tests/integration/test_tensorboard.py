@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from tf_recipes.spawn import free_ports
+from tf_recipes.operations.spawn import free_ports
 from helpers import assert_ok, read_results, run_invoke, run_python
 
 pytestmark = pytest.mark.slow

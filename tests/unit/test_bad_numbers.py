@@ -74,7 +74,7 @@ def test_a_recipe_keeps_its_defaults_and_valid_values(recipe):
 @pytest.mark.parametrize("flag, value", [("--deadline", "nan"), ("--deadline", "inf"), ("--sizes", ","),
                                          ("--repeats", "0"), ("--cpu-replicas", "0")])
 def test_the_preflight_module_refuses_a_bad_number(flag, value, capsys):
-    from tf_recipes import preflight
+    from tf_recipes.operations import preflight
     assert_parser_refuses(preflight.parse_args, [f"{flag}={value}"], flag, value, capsys)
     defaults = preflight.parse_args([])
     assert (defaults.deadline, defaults.repeats, len(defaults.sizes)) == (120, 3, 4)
@@ -82,7 +82,7 @@ def test_the_preflight_module_refuses_a_bad_number(flag, value, capsys):
 
 @pytest.mark.parametrize("flag, value", [("--batch-size", "0"), ("--top-k", "0"), ("--top-k", "-1")])
 def test_predict_refuses_a_bad_count(flag, value, capsys):
-    from tf_recipes import predicting
+    from tf_recipes.operations import predicting
     required = ["--model", "m", "--input", "i", "--out", "o"]
     assert_parser_refuses(predicting.parser("predict").parse_args, [*required, f"{flag}={value}"], flag, value,
                           capsys)
@@ -127,7 +127,7 @@ def test_invoke_run_refuses_a_port_base_without_room_for_the_workers(port):
 
 @pytest.mark.parametrize("port", ["0", "65535"])
 def test_the_process_starter_refuses_a_port_base_without_room_for_the_workers(port, capsys):
-    from tf_recipes import spawn
+    from tf_recipes.operations import spawn
     with pytest.raises(SystemExit) as stop:
         spawn.main(["--nproc", "2", "--hosts", "n1,n2", "--port-base", port, "--", "true"])
     assert stop.value.code == 2
@@ -135,7 +135,7 @@ def test_the_process_starter_refuses_a_port_base_without_room_for_the_workers(po
 
 
 def test_the_process_starter_refuses_a_negative_gpu_count(capsys):
-    from tf_recipes import spawn
+    from tf_recipes.operations import spawn
     with pytest.raises(SystemExit) as stop:
         spawn.main(["--nproc", "1", "--gpus-per-worker", "-1", "--", "true"])
     assert stop.value.code == 2

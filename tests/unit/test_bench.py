@@ -64,7 +64,7 @@ def test_runs_are_interleaved_round_by_round_and_single_runs_one_replica():
         assert run.env["CUDA_VISIBLE_DEVICES"] == ""
     mirrored, multiworker, horovod = runs[4:7]
     assert mirrored.argv[-2:] == ["--cpu-replicas", "2"]
-    assert multiworker.argv[2:5] == ["tf_recipes.spawn", "--nproc", "2"]
+    assert multiworker.argv[2:5] == ["tf_recipes.operations.spawn", "--nproc", "2"]
     assert horovod.argv[:3] == ["horovodrun", "-np", "2"] and "--gloo" in horovod.argv
 
 

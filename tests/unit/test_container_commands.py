@@ -308,7 +308,7 @@ def test_apptainer_definition_bootstraps_from_the_base_and_installs_the_recipe()
                      "wheels /tmp/tf-recipes-wheels"]
     assert not any(line.split()[0].startswith(("common", "tools", "stacks", "recipes/", "..")) for line in files)
     assert "--find-links /tmp/tf-recipes-wheels tf-recipes" in lines
-    assert "python3 -m tf_recipes.constraints ngc-25.02 > /tmp/stack.txt" in lines
+    assert "python3 -m tf_recipes.operations.constraints ngc-25.02 > /tmp/stack.txt" in lines
     assert f"-c /tmp/stack-constraints.txt -r {folder}requirements.txt \"$tensorflow\"" in lines
     assert not any("PYTHONPATH" in line for line in lines)
     # The snippet that pins the installed TensorFlow must survive the f-string as Python code.

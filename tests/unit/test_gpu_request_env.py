@@ -3,7 +3,7 @@ from commands.k8s import build_manifests
 from commands.launch import build_launch
 from commands.slurm import render_sbatch
 from tf_recipes.contract import GPUS_PER_PROCESS_ENV
-from tf_recipes.spawn import worker_environments
+from tf_recipes.operations.spawn import worker_environments
 
 
 def _env_of(manifests):

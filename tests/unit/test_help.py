@@ -1,7 +1,7 @@
 """`train.py --help` and a mistyped flag answer before TensorFlow is imported: at once, and without
 TensorFlow's start-up log on stderr. No test hook is a flag: the help shows none, and parsing a command
 line changes no module's globals (the faults a test asks for come from the environment, and only
-`python -m tf_recipes.faults` reads them)."""
+`python -m tf_recipes.operations.faults` reads them)."""
 import sys
 
 import pytest

@@ -68,7 +68,7 @@ def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
     process = run_invoke("run", "mnist-cnn", "--gpus", "0", "--cpu-replicas", "2", "--launcher", "multiworker",
                          "--runtime", "local", "--results-dir", str(results), "--dry", "--", "--max-steps", "3")
     assert process.returncode == 0
-    assert "tf_recipes.spawn --nproc 2" in process.stdout and "--max-steps 3" in process.stdout
+    assert "tf_recipes.operations.spawn --nproc 2" in process.stdout and "--max-steps 3" in process.stdout
     assert not results.exists()
 
 
@@ -76,12 +76,13 @@ def test_the_faults_a_test_asks_for_reach_the_container():
     asked = {"TF_RECIPES_FAULT_SLOW_STEP": "0.5", "TF_RECIPES_FAULT_DESYNC_REPLICA": ""}  # empty: not asked
     docker = run_invoke("run", "mnist-cnn", "--runtime", "docker", "--dry", env=asked)
     assert docker.returncode == 0 and "-e TF_RECIPES_FAULT_SLOW_STEP " in docker.stdout, docker.stdout
-    assert "python -m tf_recipes.faults recipes/mnist-cnn/train.py --launcher" in docker.stdout  # what injects it
+    # what injects it
+    assert "python -m tf_recipes.operations.faults recipes/mnist-cnn/train.py --launcher" in docker.stdout
     assert "TF_RECIPES_FAULT_DESYNC_REPLICA" not in docker.stdout
     apptainer = run_invoke("run", "mnist-cnn", "--runtime", "apptainer", "--dry", env=asked)
     assert apptainer.returncode == 0 and "--env TF_RECIPES_FAULT_SLOW_STEP=0.5 " in apptainer.stdout, apptainer.stdout
     plain = run_invoke("run", "mnist-cnn", "--runtime", "docker", "--dry")
-    assert "TF_RECIPES_FAULT" not in plain.stdout and "tf_recipes.faults" not in plain.stdout
+    assert "TF_RECIPES_FAULT" not in plain.stdout and "tf_recipes.operations.faults" not in plain.stdout
 
 
 def test_nsys_adds_the_profiling_capability_only_when_asked():

@@ -7,7 +7,7 @@ import pytest
 from commands.launch import LaunchError, build_launch, container_name, parse_count
 from tf_recipes.cluster import build_tf_config, check_tf_config
 from tf_recipes.contract import UserError
-from tf_recipes.spawn import worker_environments
+from tf_recipes.operations.spawn import worker_environments
 
 TRAIN = ["python", "recipes/mnist-cnn/train.py"]
 
@@ -29,7 +29,7 @@ def test_mirrored_on_cpu_asks_for_logical_devices_and_on_gpus_uses_them_all():
 
 def test_multiworker_spawns_one_process_per_replica():
     plan = build_launch("mnist-cnn", "multiworker", cpu_replicas=3)
-    assert plan.argv[:6] == ["python", "-m", "tf_recipes.spawn", "--nproc", "3", "--"]
+    assert plan.argv[:6] == ["python", "-m", "tf_recipes.operations.spawn", "--nproc", "3", "--"]
     assert plan.argv[6:] == TRAIN + ["--launcher", "multiworker"]
     gpu_plan = build_launch("mnist-cnn", "multiworker", gpus=4)
     assert gpu_plan.argv[3:7] == ["--nproc", "4", "--gpus-per-worker", "1"]

@@ -1,4 +1,4 @@
-"""The pure parts of the preflight check (common/tf_recipes/preflight.py), the commands it is started with
+"""The pure parts of the preflight check (common/tf_recipes/operations/preflight.py), the commands it is started with
 (`invoke preflight`, `invoke sbatch --preflight`, `invoke k8s --preflight`) and the task's --dry and
 errors. The real runs are in tests/integration/test_preflight_runs.py."""
 import json
@@ -12,7 +12,7 @@ import pytest
 from commands import choices, k8s
 from commands.slurm import render_sbatch
 from tf_recipes import contract
-from tf_recipes import preflight
+from tf_recipes.operations import preflight
 from helpers import run_invoke
 
 # NCCL_DEBUG=INFO lines as NCCL logs them, from public bug reports (NVIDIA/nccl, NVIDIA/nccl-tests,
@@ -83,7 +83,8 @@ def test_channels_decide_over_the_using_lines():
 
 
 def report(rank, *, got=3.0, transport=None, gpus=()):
-    """A rank's report with the fields summarize() and render_table() read (common/tf_recipes/preflight.py _report)."""
+    """A rank's report with the fields summarize() and render_table() read (tf_recipes.operations.preflight's
+    _report)."""
     return {"rank": rank, "host": f"node{rank}", "pid": 100 + rank, "local_replicas": 1, "devices": ["CPU:0"],
             "gpus": list(gpus), "versions": {"tensorflow": "2.17.1", "keras": "3.8.0", "horovod": "0.28.1",
                                               "cuda": "none", "nccl": "none"},
@@ -157,7 +158,8 @@ IN_A_BATCH_SCRIPT = {"SLURM_PROCID": "0", "SLURM_NTASKS": "16"}  # what sbatch's
     ("horovod", {"SLURM_PROCID": "5", "SLURM_NTASKS": "16"}, (5, 16)),
     ("multiworker", {"SLURM_PROCID": "5", "SLURM_NTASKS": "16"}, (5, 16)),
     ("multiworker", {"JOB_COMPLETION_INDEX": "1", "TF_RECIPES_WORKERS": "4"}, (1, 4)),
-    ("multiworker", {"TF_CONFIG": TF_CONFIG_1, **IN_A_BATCH_SCRIPT}, (1, 2)),  # tf_recipes.spawn inside a job
+    # tf_recipes.operations.spawn inside a job
+    ("multiworker", {"TF_CONFIG": TF_CONFIG_1, **IN_A_BATCH_SCRIPT}, (1, 2)),
     ("mirrored", IN_A_BATCH_SCRIPT, (0, 1)),
     ("single", {}, (0, 1)),
 ])
@@ -182,7 +184,7 @@ def test_sbatch_preflight_is_a_first_step_with_the_same_srun_and_container():
     assert len(sruns) == 2
     check, train = sruns
     prefix = train.split(" python ")[0]
-    assert check.startswith(prefix + " python -m tf_recipes.preflight --launcher horovod --deadline 120 ")
+    assert check.startswith(prefix + " python -m tf_recipes.operations.preflight --launcher horovod --deadline 120 ")
     assert check.endswith('--run-id "$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}" --results-dir /results || exit $?')
     assert [line for line in checked.splitlines() if choices.PREFLIGHT_MODULE not in line and
             not line.startswith("# ")] == [line for line in plain.splitlines() if not line.startswith("# ")]
@@ -194,7 +196,7 @@ def test_a_failed_preflight_step_ends_the_batch_script_before_training(tmp_path,
     fake = tmp_path / "bin" / "srun"
     fake.parent.mkdir()
     fake.write_text('#!/bin/bash\necho "$*" >> "$SRUN_LOG"\n'
-                    'if [[ "$*" == *tf_recipes.preflight* ]]; then exit "$CHECK_STATUS"; fi\nexit 0\n')
+                    'if [[ "$*" == *tf_recipes.operations.preflight* ]]; then exit "$CHECK_STATUS"; fi\nexit 0\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     script = tmp_path / "job.sbatch"
     script.write_text(render_sbatch("mnist-cnn", "multiworker", nodes=2, gpus_per_node=0, preflight=True))
@@ -204,7 +206,7 @@ def test_a_failed_preflight_step_ends_the_batch_script_before_training(tmp_path,
         "CHECK_STATUS": str(check_status), "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_ID": "7"})
     assert process.returncode == status, process.stderr
     calls = log.read_text().splitlines()
-    assert "tf_recipes.preflight" in calls[0]
+    assert "tf_recipes.operations.preflight" in calls[0]
     assert f"--run-id 7.0 --results-dir {tmp_path}/results/mnist-cnn/slurm-7" in calls[0]
     assert (len(calls) == 2 and "recipes/mnist-cnn/train.py" in calls[1]) == ran_training
 
@@ -226,7 +228,7 @@ def test_k8s_preflight_runs_first_in_the_container_that_starts_training(kind):
     check, _, train = new["command"][2].partition(" && exec ")
     assert shlex.split(train) == old["command"]
     launcher = "horovod" if kind == "mpijob" else "multiworker"
-    assert f"-m tf_recipes.preflight --launcher {launcher} --deadline 120" in check
+    assert f"-m tf_recipes.operations.preflight --launcher {launcher} --deadline 120" in check
     assert check.endswith(f"--results-dir /results/mnist-cnn-{'horovod' if kind == 'mpijob' else 'multiworker'}")
     if kind == "mpijob":
         assert check.startswith("mpirun -np 16 ") and "--hostfile /etc/mpi/hostfile" in check
@@ -249,8 +251,8 @@ def test_dry_prints_the_launch_command_with_the_preflight_module_and_runs_nothin
                          "--runtime", "local", "--results-dir", str(results), "--deadline", "30", "--dry")
     assert process.returncode == 0, process.stderr
     line = next(line for line in process.stdout.splitlines() if line.startswith("+ "))
-    assert "-m tf_recipes.spawn --nproc 2 -- " in line
-    assert " -m tf_recipes.preflight --launcher multiworker --deadline 30 " in line
+    assert "-m tf_recipes.operations.spawn --nproc 2 -- " in line
+    assert " -m tf_recipes.operations.preflight --launcher multiworker --deadline 30 " in line
     assert line.endswith(f"--results-dir {results}") and "train.py" not in line
     assert not results.exists()
     run = run_invoke("run", "mnist-cnn", "--gpus", "0", "--cpu-replicas", "2", "--launcher", "multiworker",

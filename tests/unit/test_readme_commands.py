@@ -59,8 +59,8 @@ NOT_RUN_HERE = {
     "--image-size 64 --max-steps 10":
         "ResNet50 on 2 replicas: 92 s on the shared 2-core machine, nearly all of it tracing the step, "
         "over the few minutes all documented runs may take",
-    "python -m tf_recipes.spawn --nproc 2 -- python recipes/cassava-resnet/train.py --launcher multiworker --synthetic "
-    "--weights none --image-size 64 --max-steps 10":
+    "python -m tf_recipes.operations.spawn --nproc 2 -- python recipes/cassava-resnet/train.py --launcher multiworker "
+    "--synthetic --weights none --image-size 64 --max-steps 10":
         "ResNet50 in 2 processes: 3 min 45 s on the 2-core machine shared with other jobs, over the few minutes "
         "all documented runs may take",
 }

@@ -164,7 +164,7 @@ def test_every_srun_step_gets_the_jobs_cpus_per_task(tmp_path, launcher, options
     # sbatch sets SLURM_CPUS_PER_TASK (also when `sbatch -c N` overrides the directive); both steps see it.
     calls = run_script_recording_srun(tmp_path, text, {"SLURM_CPUS_PER_TASK": "4"})
     assert len(calls) == 2 and all(call.startswith("cpus=4 --kill-on-bad-exit=1 ") for call in calls), calls
-    assert "tf_recipes.preflight" in calls[0] and "train.py" in calls[1]
+    assert "tf_recipes.operations.preflight" in calls[0] and "train.py" in calls[1]
 
 
 def test_without_slurm_cpus_per_task_srun_gets_the_rendered_count(tmp_path):

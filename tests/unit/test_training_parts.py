@@ -175,12 +175,6 @@ def test_every_launcher_answers_with_its_traits_from_the_contract(kind):
     assert launcher.traits == contract.LAUNCHER_TRAITS[kind.name]
 
 
-def test_a_horovod_replica_is_its_rank():
-    launcher = object.__new__(launchers.HorovodLauncher)
-    launcher.worker_index = 3
-    assert launcher.replica_id() == 3
-
-
 # -- a resume's identity --------------------------------------------------------------------------------
 
 IDENTITY = {"recipe": "mnist-cnn", "global_batch": 256, "replicas": 2, "per_replica_batch": 128, "seed": 42,

@@ -113,7 +113,7 @@ def test_cassava_refuses_a_default_cache_that_cannot_be_made_before_it_loads_ten
 
 
 def test_predict_refuses_an_out_inside_the_model_before_loading_it(tmp_path):
-    from tf_recipes import predicting
+    from tf_recipes.operations import predicting
 
     version = tmp_path / "export" / "1"
     version.mkdir(parents=True)
@@ -159,7 +159,7 @@ def test_a_folder_that_can_be_made_is_checked_without_leaving_it_behind(tmp_path
 
 
 @pytest.mark.parametrize("command", [
-    ["-m", "tf_recipes.preflight", "--results-dir", UNMAKEABLE],
+    ["-m", "tf_recipes.operations.preflight", "--results-dir", UNMAKEABLE],
     ["recipes/mnist-cnn/predict.py", "--model", "{tmp}/export", "--input", "{tmp}/photo.png", "--out", UNMAKEABLE],
     ["recipes/cityscapes-unet/make_fixture.py", "--out", UNMAKEABLE],
     ["recipes/cassava-resnet/download_cassava.py", "--data-dir", UNMAKEABLE],
@@ -210,8 +210,8 @@ def test_invoke_nightly_refuses_an_out_inside_its_history_and_a_matrix_that_is_a
 def test_preflight_refuses_a_results_dir_that_is_a_file(tmp_path):
     results = tmp_path / "preflight.txt"
     results.write_text("")
-    assert_one_error_line(run_python("-m", "tf_recipes.preflight", "--results-dir", str(results), timeout=60),
-                          f"--results-dir {results} is a file, not a folder")
+    assert_one_error_line(run_python("-m", "tf_recipes.operations.preflight", "--results-dir", str(results),
+                                     timeout=60), f"--results-dir {results} is a file, not a folder")
 
 
 def test_a_ca_bundle_that_is_a_fifo_is_named_and_never_read(tmp_path):
@@ -280,22 +280,24 @@ def test_an_image_name_docker_would_refuse_is_one_line():
 
 
 def test_tools_spawn_refuses_a_host_name_tf_config_cannot_hold():
-    process = run_python("-m", "tf_recipes.spawn", "--nproc", "1", "--hosts", "node1:4", "--", "true", timeout=60)
+    process = run_python("-m", "tf_recipes.operations.spawn", "--nproc", "1", "--hosts", "node1:4", "--", "true",
+                         timeout=60)
     assert process.returncode == 2 and "--hosts: 'node1:4' is not a host name" in process.stderr, process.stderr
 
 
 @pytest.mark.parametrize("program", ["/nonexistent/python", "no-such-program", "/etc/hostname"])  # the last: no program
 def test_spawn_names_a_worker_command_that_cannot_start_in_one_line(program):
-    process = run_python("-m", "tf_recipes.spawn", "--nproc", "2", "--", program, "x.py", timeout=60)
+    process = run_python("-m", "tf_recipes.operations.spawn", "--nproc", "2", "--", program, "x.py", timeout=60)
     assert_one_error_line(process, f"the worker command {program} ")
 
 
 def test_the_constraints_command_answers_in_one_line_and_has_help():
-    assert_one_error_line(run_python("-m", "tf_recipes.constraints", "ngc-2502", timeout=60), "'ngc-2502'",
+    assert_one_error_line(run_python("-m", "tf_recipes.operations.constraints", "ngc-2502", timeout=60), "'ngc-2502'",
                           "ngc-25.02")
-    assert_one_error_line(run_python("-m", "tf_recipes.constraints", timeout=60), "give one stack")
-    helped = run_python("-m", "tf_recipes.constraints", "--help", timeout=60)
-    assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m tf_recipes.constraints STACK")
+    assert_one_error_line(run_python("-m", "tf_recipes.operations.constraints", timeout=60), "give one stack")
+    helped = run_python("-m", "tf_recipes.operations.constraints", "--help", timeout=60)
+    assert helped.returncode == 0
+    assert helped.stdout.startswith("usage: python -m tf_recipes.operations.constraints STACK")
 
 
 @pytest.mark.parametrize("hosts", ["node1:4,node2", "node1,node 2"])

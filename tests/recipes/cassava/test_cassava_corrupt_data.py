@@ -21,11 +21,12 @@ generated_cassava = recipe_module("cassava-resnet", "generated_cassava")
 input_pipeline = recipe_module("cassava-resnet", "input_pipeline")
 TRAIN = "recipes/cassava-resnet/train.py"
 SIZE = 32
-OFFLINE = {"TF_RECIPES_DOWNLOAD_HOST": "unreachable.invalid"}
+OFFLINE = {"TF_RECIPES_FAULT_DOWNLOAD_HOST": "unreachable.invalid"}  # as on a machine without a network
 
 
 def train(data_dir, tmp_path, *extra):
-    return run_python(TRAIN, "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache"),
+    return run_python("-m", "tf_recipes.operations.faults", TRAIN, "--data-dir", str(data_dir),
+                      "--cache-dir", str(tmp_path / "cache"),
                       "--image-size", str(SIZE), "--batch-size", "4", "--max-steps", "1",
                       "--results-dir", str(tmp_path / "out"), *extra, timeout=600, env=OFFLINE)
 

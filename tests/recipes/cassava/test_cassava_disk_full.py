@@ -23,10 +23,11 @@ def small_tmpfs(tmp_path):
 
 def test_a_full_cache_folder_ends_in_one_line(cassava_data_dir, small_tmpfs, tmp_path):
     cache = small_tmpfs / "cache"
-    process = run_python("recipes/cassava-resnet/train.py", "--data-dir", str(cassava_data_dir),
+    process = run_python("-m", "tf_recipes.operations.faults", "recipes/cassava-resnet/train.py",
+                         "--data-dir", str(cassava_data_dir),
                          "--cache-dir", str(cache), "--image-size", "96", "--batch-size", "4", "--max-steps", "1",
                          "--weights", "none", "--results-dir", str(tmp_path / "out"), timeout=600,
-                         env={"TF_RECIPES_DOWNLOAD_HOST": "unreachable.invalid"})
+                         env={"TF_RECIPES_FAULT_DOWNLOAD_HOST": "unreachable.invalid"})
     line = assert_one_line_error(process, tmp_path / "out", str(cache), "bytes", "is full")
     assert "No space left on device" in line
     left = [name for _, _, files in os.walk(cache) for name in files]

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from cassava_data import SPLITS
+from tf_recipes import data
 from tf_recipes.data import DataError, InputShard
 from helpers import recipe_module
 
@@ -163,7 +164,7 @@ def test_a_missing_data_dir_is_named_with_how_to_prepare_it(tmp_path):
 
 
 def test_unprepared_data_offline_fails_at_once_with_how_to_prepare_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("TF_RECIPES_DOWNLOAD_HOST", "unreachable.invalid")
+    monkeypatch.setattr(data, "DOWNLOAD_HOST", "unreachable.invalid")
     for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     started = time.monotonic()

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from helpers import recipe_module, run_python
+from tf_recipes import data
 
 train = recipe_module("cassava-resnet", "train")
 TRAIN = "recipes/cassava-resnet/train.py"
 SIZE = 32
-OFFLINE = {"TF_RECIPES_DOWNLOAD_HOST": "unreachable.invalid", "HTTPS_PROXY": "", "https_proxy": "",
-           "ALL_PROXY": "", "all_proxy": ""}
+NO_PROXY = {"HTTPS_PROXY": "", "https_proxy": "", "ALL_PROXY": "", "all_proxy": ""}
+OFFLINE = {"TF_RECIPES_FAULT_DOWNLOAD_HOST": "unreachable.invalid", **NO_PROXY}  # a machine without a network
 
 
 def test_preprocessing_is_caffe_style_on_0_255_inputs_not_zero_one_scaling():
@@ -78,8 +79,8 @@ def test_a_file_that_is_not_this_models_weights_is_refused(weight_files, name):
 
 def test_imagenet_weights_offline_fail_fast_with_the_way_around(tmp_path):
     started = time.monotonic()
-    process = run_python(TRAIN, "--synthetic", "--image-size", "64", "--max-steps", "1",
-                         "--results-dir", str(tmp_path / "out"), timeout=120,
+    process = run_python("-m", "tf_recipes.operations.faults", TRAIN, "--synthetic", "--image-size", "64",
+                         "--max-steps", "1", "--results-dir", str(tmp_path / "out"), timeout=120,
                          env={**OFFLINE, "KERAS_HOME": str(tmp_path / "keras")})
     elapsed = time.monotonic() - started
     assert process.returncode == 2, process.stderr[-3000:]
@@ -92,8 +93,9 @@ def test_imagenet_weights_offline_fail_fast_with_the_way_around(tmp_path):
 
 
 def test_imagenet_weights_already_in_the_keras_cache_need_no_network(tmp_path, monkeypatch):
-    for name, value in OFFLINE.items():
+    for name, value in NO_PROXY.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setattr(data, "DOWNLOAD_HOST", "unreachable.invalid")
     models = tmp_path / "keras" / "models"
     models.mkdir(parents=True)
     (models / train.IMAGENET_NOTOP).write_bytes(b"")  # present: no reachability check, no download

@@ -18,9 +18,9 @@ TRAIN = "recipes/mnist-cnn/train.py"
 
 
 def train(data_dir, results_dir, *extra):
-    return run_python(TRAIN, "--data-dir", str(data_dir), "--max-steps", "2", "--batch-size", "32",
-                      "--results-dir", str(results_dir), *extra, timeout=300,
-                      env={"TF_RECIPES_DOWNLOAD_HOST": "unreachable.invalid"})
+    return run_python("-m", "tf_recipes.operations.faults", TRAIN, "--data-dir", str(data_dir), "--max-steps", "2",
+                      "--batch-size", "32", "--results-dir", str(results_dir), *extra, timeout=300,
+                      env={"TF_RECIPES_FAULT_DOWNLOAD_HOST": "unreachable.invalid"})
 
 
 def test_check_labels_names_the_first_bad_label_and_passes_good_ones():

@@ -39,9 +39,9 @@ def test_an_npz_without_the_expected_arrays_is_named(tmp_path):
 
 def test_no_data_and_no_network_says_how_to_provide_it(tmp_path):
     # An empty TFDS data dir and a host that cannot be reached: the message, not a long retry loop.
-    process = run_python(TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1",
+    process = run_python("-m", "tf_recipes.operations.faults", TRAIN, "--data-dir", str(tmp_path), "--max-steps", "1",
                          "--results-dir", str(results_beside(tmp_path)), timeout=120,
-                         env={"TF_RECIPES_DOWNLOAD_HOST": "unreachable.invalid"})
+                         env={"TF_RECIPES_FAULT_DOWNLOAD_HOST": "unreachable.invalid"})
     assert process.returncode == 2, process.stderr[-2000:]
     assert "mnist.npz" in process.stderr and "--synthetic" in process.stderr
     assert "Traceback" not in process.stderr

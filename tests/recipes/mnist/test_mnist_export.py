@@ -202,7 +202,7 @@ def test_under_two_workers_every_worker_refuses_before_it_trains(tmp_path):
     results.mkdir()
     message = an_export_file(results / "export")
     before = snapshot(results / "export")
-    process = run_python("-m", "tf_recipes.spawn", "--nproc", "2", "--", sys.executable, TRAIN,
+    process = run_python("-m", "tf_recipes.operations.spawn", "--nproc", "2", "--", sys.executable, TRAIN,
                          "--launcher", "multiworker",
                          "--synthetic", "--max-steps", "2", "--results-dir", str(results))
     assert process.returncode == 2, process.stderr[-6000:]

@@ -1,8 +1,9 @@
-"""A check of a cluster before a long job: `python -m tf_recipes.preflight --launcher L`, started in
+"""A check of a cluster before a long job: `python -m tf_recipes.operations.preflight --launcher L`, started in
 every process by the same launcher command as a recipe's train.py (`invoke preflight RECIPE`, the
 `--preflight` step of `invoke sbatch` and `invoke k8s`).
 
-    python -m tf_recipes.spawn --nproc 2 -- python -m tf_recipes.preflight --launcher multiworker --deadline 30
+    python -m tf_recipes.operations.spawn --nproc 2 -- \
+        python -m tf_recipes.operations.preflight --launcher multiworker --deadline 30
 
 Every process reports its host, rank, visible devices and the TensorFlow, Keras, Horovod, CUDA and
 NCCL versions; one all-reduce over every replica is checked for its exact sum (replica r adds r+1,
@@ -71,7 +72,7 @@ def expected_sum(replicas: int) -> float:
 def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
     """(rank, processes) of this process as its launcher set them, before any collective exists, in
     the order the launcher itself looks: horovod from horovodrun, mpirun (Open MPI) or srun;
-    multiworker from TF_CONFIG (as tf_recipes.spawn and TFJob set it), a Kubernetes Indexed Job or srun;
+    multiworker from TF_CONFIG (as tf_recipes.operations.spawn and TFJob set it), a Kubernetes Indexed Job or srun;
     single and mirrored are one process."""
     if contract.launcher_trait(launcher, "one_process"):
         return 0, 1

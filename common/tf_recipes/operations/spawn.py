@@ -1,9 +1,9 @@
 """Start this node's worker processes for MultiWorkerMirroredStrategy, each with its own TF_CONFIG.
 
-    python -m tf_recipes.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
+    python -m tf_recipes.operations.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
 
     # two nodes without a scheduler: the same command on each, with its own --node-index
-    python -m tf_recipes.spawn --nproc 8 --gpus-per-worker 1 --hosts node1,node2 --node-index 0 \
+    python -m tf_recipes.operations.spawn --nproc 8 --gpus-per-worker 1 --hosts node1,node2 --node-index 0 \
         --port-base 23456 -- python recipes/mnist-cnn/train.py --launcher multiworker
 
 This is what a cluster scheduler does for a job: it gives worker i the TF_CONFIG with task index i

@@ -1,11 +1,13 @@
 """Faults on purpose, for the tests and the nightly's control cells:
 
-    python -m tf_recipes.faults recipes/mnist-cnn/train.py --launcher mirrored ...
+    python -m tf_recipes.operations.faults recipes/mnist-cnn/train.py --launcher mirrored ...
 
 runs the script as `python SCRIPT ARGS` would, after wrapping every launcher that
 `tf_recipes.launchers.create_launcher` makes with the faults its environment asks for. The faults are
-injected from outside the training loop, through the launcher's own methods; no training run imports
-this module, and a run started without it has no fault whatever its environment says.
+injected from outside the training loop, through the Launcher methods named in WRAPPED (an interface:
+tests/unit/test_faults.py fails when one of them is renamed, rather than a fault silently not happening);
+no training run imports this module, and a run started without it has no fault whatever its environment
+says.
 
 - `TF_RECIPES_FAULT_DESYNC_REPLICA=R`: after training, replica R's copy of the first weight moves by
   1e-3 just before the desync guard compares the replicas, which must stop the run (exit 3, no
@@ -15,6 +17,8 @@ this module, and a run started without it has no fault whatever its environment 
   step and halve its loss scale alike.
 - `TF_RECIPES_FAULT_SLOW_STEP=SECONDS`: every step takes at least this long, the throughput regression
   the nightly's `slow` cell must catch.
+- `TF_RECIPES_FAULT_DOWNLOAD_HOST=HOST`: downloads (TFDS, Keras's weights) go to HOST instead of
+  tf_recipes.data.DOWNLOAD_HOST; `unreachable.invalid` is a machine without a network.
 
 A value that is not what its variable takes is one line naming the variable (exit 2). `invoke run`
 starts the script this way, and passes the variables into a container, when its environment sets one.
@@ -32,7 +36,10 @@ from tf_recipes import cli
 from tf_recipes.contract import UserError
 
 DESYNC, OVERFLOW, SLOW = "TF_RECIPES_FAULT_DESYNC_REPLICA", "TF_RECIPES_FAULT_OVERFLOW", "TF_RECIPES_FAULT_SLOW_STEP"
-FAULT_ENVS = (DESYNC, OVERFLOW, SLOW)
+DOWNLOAD_HOST = "TF_RECIPES_FAULT_DOWNLOAD_HOST"
+FAULT_ENVS = (DESYNC, OVERFLOW, SLOW, DOWNLOAD_HOST)
+# The tf_recipes.launchers.Launcher methods the faults wrap: renaming one there fails inject(), and a test
+WRAPPED = ("run", "aggregate_gradients", "prepare", "all_fingerprints")
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class Faults:
     desync_replica: int | None = None
     overflow: tuple[int, int] | None = None  # (replica, the process's n-th step)
     slow_step: float = 0.0
+    download_host: str | None = None
 
 
 def replica_at_step(text: str) -> tuple[int, int]:
@@ -65,7 +73,16 @@ def faults(environ=None) -> Faults:
             parsed[name] = parse(text) if text else None
         except argparse.ArgumentTypeError as error:
             raise UserError(f"{name}={text}: {error}; unset it for a normal run") from None
-    return Faults(parsed[DESYNC], parsed[OVERFLOW], parsed[SLOW] or 0.0)
+    return Faults(parsed[DESYNC], parsed[OVERFLOW], parsed[SLOW] or 0.0, environ.get(DOWNLOAD_HOST) or None)
+
+
+def replica_index(launcher):
+    """In a replica's step: the replica's index in the job, 0 .. num_replicas-1."""
+    import tensorflow as tf
+
+    if launcher.traits["collective"] == "horovod":  # one replica per rank, outside any strategy
+        return tf.constant(launcher.worker_index)
+    return tf.distribute.get_replica_context().replica_id_in_sync_group
 
 
 def inject(launcher, asked: Faults):
@@ -75,8 +92,11 @@ def inject(launcher, asked: Faults):
 
     from tf_recipes.launchers import replica_copies
 
-    run, aggregate, prepare, fingerprints = (launcher.run, launcher.aggregate_gradients, launcher.prepare,
-                                             launcher.all_fingerprints)
+    missing = [name for name in WRAPPED if not callable(getattr(type(launcher), name, None))]
+    if missing:  # never a fault that silently does not happen
+        raise RuntimeError(f"tf_recipes.operations.faults wraps Launcher.{', '.join(missing)}, which "
+                           f"{type(launcher).__name__} no longer has: rename WRAPPED's names too")
+    run, aggregate, prepare, fingerprints = (getattr(launcher, name) for name in WRAPPED)
     if asked.overflow:  # the steps this process ran, counted in the graph
         steps = tf.Variable(0, dtype=tf.int64, trainable=False)
 
@@ -89,7 +109,7 @@ def inject(launcher, asked: Faults):
 
     def overflowing(gradients):
         replica, step = asked.overflow
-        here = tf.logical_and(tf.equal(steps, step), tf.equal(launcher.replica_id(), replica))
+        here = tf.logical_and(tf.equal(steps, step), tf.equal(replica_index(launcher), replica))
         return aggregate([g if g is None else tf.where(here, tf.constant(float("inf"), g.dtype), g) for g in gradients])
 
     def loss_scaled(model, optimizer):
@@ -120,10 +140,12 @@ def inject(launcher, asked: Faults):
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0].startswith("-"):
-        raise UserError("usage: python -m tf_recipes.faults SCRIPT [ARGS...], with TF_RECIPES_FAULT_* set")
-    from tf_recipes import launchers  # TensorFlow loads here, after the faults are read
+        raise UserError("usage: python -m tf_recipes.operations.faults SCRIPT [ARGS...], with TF_RECIPES_FAULT_* set")
+    from tf_recipes import data, launchers  # TensorFlow loads here, after the faults are read
 
     asked = faults()
+    if asked.download_host:
+        data.DOWNLOAD_HOST = asked.download_host
     create = launchers.create_launcher
     launchers.create_launcher = lambda *args, **kwargs: inject(create(*args, **kwargs), asked)
     sys.argv = list(argv)

@@ -1,4 +1,4 @@
-"""A stack's pip constraints, as the library carries them: `python -m tf_recipes.constraints STACK` prints
+"""A stack's pip constraints, as the library carries them: `python -m tf_recipes.operations.constraints STACK` prints
 the file stacks/STACK.txt of the checkout the library was built from (package data, `tf_recipes.stacks`).
 
 A recipe image installs the library's wheel first, then the recipe's requirements with these pins, so
@@ -25,7 +25,7 @@ def constraints(stack: str) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    usage = f"python -m tf_recipes.constraints STACK (one of {', '.join(stacks())})"
+    usage = f"python -m tf_recipes.operations.constraints STACK (one of {', '.join(stacks())})"
     if argv in (["--help"], ["-h"]):
         print(f"usage: {usage}")
         return 0

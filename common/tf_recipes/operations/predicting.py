@@ -278,7 +278,7 @@ def run(args, task: str) -> None:
     if problem:
         raise PredictError(problem)
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
-        handle.write("written by tf_recipes.predicting: a later predict run may write here again\n")
+        handle.write("written by tf_recipes.operations.predicting: a later predict run may write here again\n")
     unreadable, table, done = [], None, 0
     for path, what in others:
         skip(path, f"{what}, not a regular file", unreadable)
