@@ -48,6 +48,7 @@ from commands.launch import (LaunchError, build_launch, build_train_command, che
                              shell_join)
 from tf_recipes import contract
 from tf_recipes.contract import EXIT_STOPPED, LAUNCHERS, launcher_trait
+from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE
 
 KINDS = ("mpijob", "tfjob", "job")
 KIND_LAUNCHER = {"mpijob": "horovod", "tfjob": "multiworker", "job": "multiworker"}
@@ -186,7 +187,7 @@ class _Job:
 
     def preflight_args(self) -> list[str]:
         """`python -m tf_recipes.operations.preflight`'s arguments: the job's results folder, the default deadline."""
-        return ["--deadline", str(contract.PREFLIGHT_DEFAULT_DEADLINE),
+        return ["--deadline", str(PREFLIGHT_DEFAULT_DEADLINE),
                 "--results-dir", f"{CONTAINER_RESULTS_DIR}/{self.name}"]
 
     def command(self, command: list[str], preflight: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from commands.choices import HOROVOD_RUNNERS
 from tf_recipes import contract
 from tf_recipes.contract import LAUNCHERS, launcher_trait
+from tf_recipes.operations import host_name_problem
 
 
 class LaunchError(ValueError):
@@ -98,8 +99,8 @@ def build_launch(recipe: str, launcher: str, *, gpus: int = 0, cpu_replicas: int
     if len(hosts) > 1 and not launcher_trait(launcher, "multi_node"):
         raise LaunchError(f"--launcher {launcher} runs on one node; with --hosts use multiworker or horovod")
     for host in hosts:
-        if contract.host_name_problem(host):
-            raise LaunchError(f"--hosts: {contract.host_name_problem(host)}")
+        if host_name_problem(host):
+            raise LaunchError(f"--hosts: {host_name_problem(host)}")
     if hosts and not 0 <= node_index < len(hosts):
         raise LaunchError(f"--node-index {node_index} is not a position in --hosts {','.join(hosts)}")
     if hostfile and (peers_from != "mpi" or hosts or hostfile_nodes < 1):

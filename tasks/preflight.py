@@ -18,6 +18,7 @@ from invoke import Exit, task
 from commands import choices
 from tf_recipes import contract
 from tf_recipes.cli import at_least, positive_int
+from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_FILE
 from tf_recipes.operations.preflight import MIN_DEADLINE, parse_size
 from tasks import host
 from tasks.run import LAUNCH_HELP, prepare_job
@@ -31,7 +32,7 @@ FAILED_GRACE = 3
 
 def _failed_verdict(results_dir: str) -> bool:
     try:
-        with open(os.path.join(results_dir, contract.PREFLIGHT_FILE)) as handle:
+        with open(os.path.join(results_dir, PREFLIGHT_FILE)) as handle:
             return json.load(handle).get("ok") is False
     except (OSError, ValueError):
         return False
@@ -74,13 +75,13 @@ def _execute(argv, env, seconds: float, results_dir: str, local: bool) -> int:
 
 def verdict(results_dir: str, code: int, launcher: str) -> tuple[int, str]:
     """(exit status, message) from the job's status and the preflight.json it wrote."""
-    path = os.path.join(results_dir, contract.PREFLIGHT_FILE)
+    path = os.path.join(results_dir, PREFLIGHT_FILE)
     try:
         with open(path) as handle:
             result = json.load(handle)
     except (OSError, ValueError):
         return (code or contract.EXIT_CLUSTER,
-                f"preflight ({launcher}) wrote no {contract.PREFLIGHT_FILE} (status {code})")
+                f"preflight ({launcher}) wrote no {PREFLIGHT_FILE} (status {code})")
     if result.get("ok") and code == 0:
         return contract.EXIT_DONE, f"preflight passed: {path}"
     problems = "; ".join(result.get("problems") or [f"status {code}"])
@@ -103,7 +104,7 @@ def verdict(results_dir: str, code: int, launcher: str) -> tuple[int, str]:
 )
 def preflight(c, recipe, gpus="0", cpu_replicas="1", launcher=None, runtime="auto", horovod_runner="horovodrun",
               stack="auto", base=None, image=None, results_dir=None, hosts=None, node_index="0", port_base="23456",
-              deadline=str(contract.PREFLIGHT_DEFAULT_DEADLINE), sizes=None, repeats="3", allow_socket=False,
+              deadline=str(PREFLIGHT_DEFAULT_DEADLINE), sizes=None, repeats="3", allow_socket=False,
               dry=False):
     """Check the cluster RECIPE would run on: hosts, devices, versions, one exact all-reduce, bandwidth."""
     # The checks tf_recipes.operations.preflight makes, here too: a bad value ends before a folder or a process exists.

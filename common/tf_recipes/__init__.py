@@ -14,4 +14,4 @@ workers), `preflight` (the cluster check), `predicting` (every predict.py), `pip
 benchmarks), `constraints` (a stack's pins, with `tf_recipes.stacks`), `faults` (`python -m
 tf_recipes.operations.faults train.py`: the faults the tests inject through the launcher).
 """
-__version__ = "0.3.0"
+__version__ = "0.4.0"

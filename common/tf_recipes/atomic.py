@@ -39,8 +39,9 @@ def fsync_tree(folder: str) -> None:
 def atomic_file(path: str, mode: str = "w", encoding: str | None = None):
     """Yield a temporary file that becomes `path` when the block ends without an error."""
     folder = os.path.dirname(os.path.abspath(path))
-    handle = tempfile.NamedTemporaryFile(mode, dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                         delete=False, encoding=encoding if "b" not in mode else None)
+    handle = tempfile.NamedTemporaryFile(mode, dir=folder, prefix=f".{os.path.basename(path)}.",
+                                         suffix=".tmp", delete=False,
+                                         encoding=encoding if "b" not in mode else None)
     try:
         with handle:
             yield handle

@@ -40,11 +40,14 @@ def identity_mismatch(saved: dict, identity: dict, latest: str) -> str | None:
         reasons.append("the data order and the per-replica state would not match its step count")
         remedies.append("the same --batch-size, replica count, --seed and data")
     if "precision" in differ:  # float16's loss scale lives in the optimizer state, and not in the others'
-        reasons.append("the arithmetic and the optimizer state (float16's loss scale) differ between precisions")
-        remedies.append(f"its precision ({amp_flags(saved['precision'])}; a bare --amp is float16 only on a GPU)")
+        reasons.append("the arithmetic and the optimizer state (float16's loss scale) differ between "
+                       "precisions")
+        remedies.append(f"its precision ({amp_flags(saved['precision'])}; a bare --amp is float16 only on a "
+                        "GPU)")
     return (f"--resume: {latest} was written by a run with other settings "
-            f"({'; '.join(f'{key} {saved.get(key)} -> {identity[key]}' for key in differ)}); {' and '.join(reasons)}. "
-            f"Resume with {' and '.join(remedies)}, or start over in another --results-dir")
+            f"({'; '.join(f'{key} {saved.get(key)} -> {identity[key]}' for key in differ)}); "
+            f"{' and '.join(reasons)}. Resume with {' and '.join(remedies)}, or start over in another "
+            "--results-dir")
 
 
 def results_complete(path: str, steps: int, target=None) -> bool:
@@ -56,7 +59,8 @@ def results_complete(path: str, steps: int, target=None) -> bool:
     except (OSError, ValueError):
         return False
     return (isinstance(results, dict) and RESULT_FIELDS <= results.keys() and results.get("steps") == steps
-            and (target is None or (results.get("target") == str(target) and results.get("target_step") == steps)))
+            and (target is None or (results.get("target") == str(target)
+                                    and results.get("target_step") == steps)))
 
 
 def listed_checkpoints(folder: str) -> list[str]:
@@ -105,13 +109,14 @@ def hold_results_dir(results_dir: str) -> int:
     except BlockingIOError:
         holder = lock_holder(os.fstat(folder).st_ino)
         os.close(folder)
-        raise UserError(f"{results_dir} is in use by a run that is still going ({holder} holds its lock); wait "
-                        "for it to end, or choose another --results-dir") from None
+        raise UserError(f"{results_dir} is in use by a run that is still going ({holder} holds its lock); "
+                        "wait for it to end, or choose another --results-dir") from None
     return folder
 
 
 def lock_holder(inode: int) -> str:
-    """'process PID' holding a lock on the file of `inode`, from /proc/locks (Linux), else 'another process'."""
+    """'process PID' holding a lock on the file of `inode`, from /proc/locks (Linux), else 'another
+    process'."""
     try:
         with open("/proc/locks") as locks:
             for line in locks:
@@ -131,7 +136,8 @@ class Checkpoints:
                  export: bool = True):
         self.launcher, self.results_dir, self.resume = launcher, results_dir, resume
         self.identity, self.total_steps = identity, total_steps
-        self.export = export  # a finished run wrote results.json, the weights and (unless --no-export) the export
+        # a finished run wrote results.json, the weights and (unless --no-export) the export
+        self.export = export
         self.folder = os.path.join(results_dir, CHECKPOINTS_DIR)
         self.identity_path = os.path.join(self.folder, IDENTITY_FILE)
         self.checkpoint = None
@@ -201,7 +207,8 @@ class Checkpoints:
         elif self.resume and latest:  # check_resume_target has checked its settings and step
             try:
                 self.checkpoint.restore(latest).assert_existing_objects_matched()
-            except Exception as error:  # a truncated or foreign file fails in many ways (OpError, IndexError, ...)
+            # a truncated or foreign file fails in many ways (OpError, IndexError, ...)
+            except Exception as error:
                 raise ResumeError(
                     f"checkpoint {latest} cannot be restored into this model ({type(error).__name__}: "
                     f"{str(error).strip().splitlines()[0][:300]}); resume with the model settings that "
@@ -229,8 +236,9 @@ class Checkpoints:
                 self.checkpoint.restore(candidate).assert_existing_objects_matched()
             except Exception:  # torn or foreign: the one before
                 continue
-            log(self.launcher, f"{state_file} cannot be read; resuming from {os.path.basename(candidate)}, the "
-                               f"newest of the {len(listed)} checkpoints listed in {self.folder} that restores")
+            log(self.launcher, f"{state_file} cannot be read; resuming from {os.path.basename(candidate)}, "
+                               f"the newest of the {len(listed)} checkpoints listed in {self.folder} that "
+                               "restores")
             if self.launcher.is_chief:  # Distributed: the chief writes the state file again
                 # with their times, which mark them the manager's to delete (without, it keeps them forever)
                 # (without those after it: they did not restore)
@@ -272,6 +280,7 @@ class Checkpoints:
                                                          "signal": stop_flag.signal_name})
         # Nobody exits (and has a scheduler kill the rest) before the checkpoint is whole.
         self.launcher.barrier()  # Distributed: all stop together
-        raise StopRequested(f"stopped at step {step} of {self.total_steps} ({stop_flag.signal_name or 'a peer'}"
-                            f"{'' if stop_flag.requested else ' was signalled'}); checkpoint in "
-                            f"{self.folder}; continue with --resume", step)
+        raise StopRequested(f"stopped at step {step} of {self.total_steps} "
+                            f"({stop_flag.signal_name or 'a peer'}"
+                            f"{'' if stop_flag.requested else ' was signalled'}); "
+                            f"checkpoint in {self.folder}; continue with --resume", step)

@@ -9,7 +9,8 @@ import os
 import sys
 
 from tf_recipes import contract, evaluation, user_paths
-from tf_recipes.config import AMP_DTYPES, LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RunConfig, Target
+from tf_recipes.config import (AMP_DTYPES, LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RunConfig, Target,
+                               TargetMissed)
 from tf_recipes.contract import COLLECTIVES, LAUNCHERS
 from tf_recipes.stopping import peer_error_summary
 
@@ -72,15 +73,16 @@ def step_window(text: str) -> tuple[int, int]:
 def add_precision_flags(group) -> None:
     """--amp [DTYPE] and --loss-scale-initial (tf_recipes.training.configure_precision and Trainer)."""
     group.add_argument("--amp", nargs="?", const="auto", default=None, choices=AMP_DTYPES, metavar="DTYPE",
-                       help="mixed precision: compute in 16 bits, keep the weights in float32. DTYPE auto (what "
-                            "a bare --amp means): float16 with loss scaling on a GPU, bfloat16 on the CPU; "
-                            "float16 or bfloat16 force that type anywhere (float16 on the CPU runs the GPU's "
-                            "loss-scaled path, slowly); without --amp everything is float32")
+                       help="mixed precision: compute in 16 bits, keep the weights in float32. DTYPE auto "
+                            "(what a bare --amp means): float16 with loss scaling on a GPU, bfloat16 on the "
+                            "CPU; float16 or bfloat16 force that type anywhere (float16 on the CPU runs the "
+                            "GPU's loss-scaled path, slowly); without --amp everything is float32")
     group.add_argument("--no-amp", dest="amp", action="store_const", const=None,
                        help="everything in float32 (undoes an --amp given earlier on the command line)")
     group.add_argument("--loss-scale-initial", type=loss_scale, default=LOSS_SCALE_INITIAL, metavar="SCALE",
-                       help="float16 only: the first loss scale; every step whose gradients overflow is skipped "
-                            f"and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
+                       help="float16 only: the first loss scale; every step whose gradients overflow is "
+                            f"skipped and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one "
+                            "double it")
 
 
 def folder_flags_problem(args) -> str | None:
@@ -121,9 +123,10 @@ def add_evaluation_flags(parser, metrics: tuple[str, ...]) -> None:
                               "results.json and TensorBoard (default: every epoch, at most about "
                               f"{evaluation.POINTS_PER_RUN} times a run; 0: only at the end)")
     quality.add_argument("--target", type=target_type(metrics), default=None, metavar="METRIC=VALUE",
-                         help="end the run at the first evaluation whose METRIC reaches VALUE (at most VALUE "
-                              f"for the loss), e.g. {metrics[0]}=0.99; results.json records its time_to_target. "
-                              f"A run that never reaches it exits with status {contract.EXIT_TARGET_MISSED}")
+                         help="end the run at the first evaluation whose METRIC reaches VALUE (at most "
+                              f"VALUE for the loss), e.g. {metrics[0]}=0.99; results.json records its "
+                              "time_to_target. A run that never reaches it exits with status "
+                              f"{contract.EXIT_TARGET_MISSED}")
 
 
 def add_image_folder_flags(parser, default: str) -> None:
@@ -162,10 +165,10 @@ def training_parser(description: str, *, batch_size: int, epochs: int, lr: float
     train.add_argument("--scale-lr", action=argparse.BooleanOptionalAction, default=False,
                        help="multiply the learning rate by the number of replicas")
     train.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
-                       help="constant: the rate (ramped up to the scaled rate under --scale-lr); cosine: from 0 "
-                            "up to the rate over --lr-warmup-steps, then down to 0 along a half cosine at the "
-                            "end of the last epoch (--max-steps and --target end a run sooner, on the same "
-                            "schedule)")
+                       help="constant: the rate (ramped up to the scaled rate under --scale-lr); cosine: "
+                            "from 0 up to the rate over --lr-warmup-steps, then down to 0 along a half "
+                            "cosine at the end of the last epoch (--max-steps and --target end a run "
+                            "sooner, on the same schedule)")
     train.add_argument("--lr-warmup-steps", type=non_negative_int, default=100,
                        help="steps over which the rate ramps up: to the scaled rate (--scale-lr), or to the "
                             "peak rate (--lr-schedule cosine)")
@@ -203,8 +206,10 @@ def is_peer_error(error: BaseException) -> bool:
                for kind in type(error).__mro__)
 
 
-_STATUSES = (((contract.UserError, FileExistsError, FileNotFoundError, FloatingPointError), contract.EXIT_USER_ERROR),
-             (contract.DesyncError, contract.EXIT_DESYNC), (contract.TargetMissed, contract.EXIT_TARGET_MISSED),
+_STATUSES = (((contract.UserError, FileExistsError, FileNotFoundError, FloatingPointError),
+              contract.EXIT_USER_ERROR),
+             (contract.DesyncError, contract.EXIT_DESYNC),
+             (TargetMissed, contract.EXIT_TARGET_MISSED),
              (contract.ClusterError, contract.EXIT_CLUSTER))
 
 
@@ -248,11 +253,12 @@ def run_main(main) -> None:
         if status is None and not is_peer_error(error):
             raise
         message = str(error) if status else (f"lost contact with the other workers ({type(error).__name__}: "
-                                             f"{peer_error_summary(error)}); continue from the last checkpoint "
-                                             "with --resume")
+                                             f"{peer_error_summary(error)}); continue from the last "
+                                             "checkpoint with --resume")
         # One write of the whole line: the processes of a job share the stream, and print writes its end apart
         sys.stderr.write(f"error: {message}\n")
         sys.stderr.flush()
-        if status in (None, contract.EXIT_CLUSTER):  # not sys.exit: TensorFlow's shutdown can wait on a lost peer
+        # not sys.exit: TensorFlow's shutdown can wait on a lost peer
+        if status in (None, contract.EXIT_CLUSTER):
             os._exit(contract.EXIT_CLUSTER)
         leave(status)

@@ -1,6 +1,6 @@
 """TF_CONFIG, the cluster MultiWorkerMirroredStrategy reads: built for worker i of a list of addresses
-(tf_recipes.operations.spawn, a Kubernetes Indexed Job's contract.INDEXED_JOB_* variables) and checked before anything
-waits on it. Imports no TensorFlow.
+(tf_recipes.operations.spawn, a Kubernetes Indexed Job's contract.INDEXED_JOB_* variables) and checked before
+anything waits on it. Imports no TensorFlow.
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import json
 import socket
 import time
 
-from tf_recipes.contract import (INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT, INDEXED_JOB_HOST_PATTERN, INDEXED_JOB_INDEX,
-                                 INDEXED_JOB_PORT, INDEXED_JOB_RESOLVE_TIMEOUT, INDEXED_JOB_WORKERS, ClusterError,
-                                 UserError)
+from tf_recipes.contract import (INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT, INDEXED_JOB_HOST_PATTERN,
+                                 INDEXED_JOB_INDEX, INDEXED_JOB_PORT, INDEXED_JOB_RESOLVE_TIMEOUT,
+                                 INDEXED_JOB_WORKERS, ClusterError, UserError)
 
 
 def build_tf_config(addresses: list[str], index: int) -> str:
@@ -36,8 +36,8 @@ def check_tf_config(text: str) -> dict:
     if kind not in cluster:
         raise UserError(f"TF_CONFIG task type {kind!r} is not in its cluster ({', '.join(cluster)})")
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(cluster[kind]):
-        raise UserError(f"TF_CONFIG task index {index!r} is outside its cluster's {len(cluster[kind])} {kind} "
-                        f"address(es) (0..{len(cluster[kind]) - 1}); give each process its own index")
+        raise UserError(f"TF_CONFIG task index {index!r} is outside its cluster's {len(cluster[kind])} "
+                        f"{kind} address(es) (0..{len(cluster[kind]) - 1}); give each process its own index")
     addresses = [address for group in cluster.values() for address in group]
     # Distributed: every task needs its own host:port
     twice = sorted({address for address in addresses if addresses.count(address) > 1})
@@ -65,7 +65,8 @@ def indexed_job_tf_config(environ, wait: bool = False) -> str | None:
     workers = _whole(environ, INDEXED_JOB_WORKERS, 1)
     pattern = environ.get(INDEXED_JOB_HOST_PATTERN, "")
     if "{index}" not in pattern:
-        raise UserError(f"{INDEXED_JOB_HOST_PATTERN}={pattern!r} must contain {{index}}, e.g. job-{{index}}.job")
+        raise UserError(f"{INDEXED_JOB_HOST_PATTERN}={pattern!r} must contain {{index}}, e.g. "
+                        "job-{index}.job")
     index = _whole(environ, INDEXED_JOB_INDEX, 0)
     if index >= workers:
         raise UserError(f"{INDEXED_JOB_INDEX}={index} is not below {INDEXED_JOB_WORKERS}={workers}")
@@ -78,7 +79,8 @@ def indexed_job_tf_config(environ, wait: bool = False) -> str | None:
         except ValueError:
             raise UserError(f"{INDEXED_JOB_RESOLVE_TIMEOUT}={text!r} is not a number of seconds") from None
         wait_until_resolvable(hosts, timeout)  # Distributed: every peer's name resolves first
-    return build_tf_config([f"{host}:{port}" for host in hosts], index)  # Strategy: every worker, this one at its index
+    # Strategy: every worker, this one at its index
+    return build_tf_config([f"{host}:{port}" for host in hosts], index)
 
 
 def wait_until_resolvable(hosts, timeout: float, *, resolve=socket.getaddrinfo, clock=time.monotonic,
@@ -93,6 +95,6 @@ def wait_until_resolvable(hosts, timeout: float, *, resolve=socket.getaddrinfo, 
         if not waiting:
             return
         if clock() >= deadline:
-            raise ClusterError(f"peer(s) {', '.join(waiting)} did not resolve within {timeout:g} s: check that "
-                               "their pods were scheduled and that the headless Service names them")
+            raise ClusterError(f"peer(s) {', '.join(waiting)} did not resolve within {timeout:g} s: check "
+                               "that their pods were scheduled and that the headless Service names them")
         sleep(min(interval, max(deadline - clock(), 0.0)))

@@ -16,7 +16,6 @@ import math
 import os
 from dataclasses import dataclass
 
-from tf_recipes.contract import TargetMissed
 
 # --amp DTYPE: the 16-bit type of the computation, never of the weights (they stay float32)
 AMP_DTYPES = ("auto", "float16", "bfloat16")
@@ -40,6 +39,10 @@ def amp_flags(policy: str) -> str:
     """The --amp flag that asks for `policy` on any machine, for messages."""
     flags = {"float32": "--no-amp", "mixed_float16": "--amp float16", "mixed_bfloat16": "--amp bfloat16"}
     return flags.get(policy, policy)
+
+
+class TargetMissed(Exception):
+    """No evaluation of the run reached its --target: exit contract.EXIT_TARGET_MISSED, one line."""
 
 
 def lower_is_better(metric: str) -> bool:
@@ -85,8 +88,8 @@ class Target:
             return None
         last = points[-1].get(self.metric, math.nan) if points else math.nan
         return TargetMissed(f"--target {self} was not reached in {steps} steps (the last evaluation's "
-                            f"{self.metric}: {last:.4f}); train longer (--epochs) or lower the target; results "
-                            f"are in {results_dir}")
+                            f"{self.metric}: {last:.4f}); train longer (--epochs) or lower the target; "
+                            f"results are in {results_dir}")
 
     def __str__(self) -> str:
         return f"{self.metric}{'<=' if lower_is_better(self.metric) else '>='}{self.value:g}"
@@ -103,7 +106,8 @@ class RunConfig:
     max_steps: int | None = None  # end after this many global steps, on the schedule of all epochs
     seed: int = 42  # the weights, the data order and the augmentation
     # Evaluation of the held-out set during training
-    eval_every: int | None = None  # steps between evaluations; None: once an epoch (at most ~8 a run); 0: the end
+    # steps between evaluations; None: once an epoch (at most ~8 a run); 0: the end
+    eval_every: int | None = None
     target: Target | None = None  # end at the first evaluation that reaches it
     # Checkpoints and results
     results_dir: str = ""  # results.json, checkpoints, final weights and the export; "": results/RECIPE

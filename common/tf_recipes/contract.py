@@ -4,9 +4,9 @@ is used inside a training image; the host side's own are commands/choices.py's. 
 
 LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
 # What each launcher is: everything outside launchers.py reads a trait, never compares names. one_process: one
-# process drives its node's replicas; peers_from: "TF_CONFIG" (or SLURM's variables) or "mpi" (horovodrun, mpirun,
-# srun --mpi); collective: tf.distribute's all-reduce in the step, or Horovod's around apply_gradients;
-# k8s_kind: what `invoke k8s` makes, an Indexed Job or an MPIJob.
+# process drives its node's replicas; peers_from: "TF_CONFIG" (or SLURM's variables) or "mpi" (horovodrun,
+# mpirun, srun --mpi); collective: tf.distribute's all-reduce in the step, or Horovod's around
+# apply_gradients; k8s_kind: what `invoke k8s` makes, an Indexed Job or an MPIJob.
 LAUNCHER_TRAITS = {
     "single": {"one_replica": True, "one_process": True, "multi_node": False, "gpus_per_process": "all",
                "peers_from": None, "collective": None, "k8s_kind": None},
@@ -35,10 +35,11 @@ STACK_FIRST_TENSORFLOW = {"ngc-25.02": (2, 17), "current": (2, 20)}  # the oldes
 
 
 def stack_of_tensorflow(version: str) -> str:
-    """The stack of a TensorFlow version ("2.21.0", "2.17.0+nv25.2"): the newest whose first TensorFlow it has."""
+    """The stack of a TensorFlow version ("2.21.0", "2.17.0+nv25.2"): the newest whose first TensorFlow it
+    has."""
     have = tuple(int(part) for part in version.split(".")[:2])
-    return max((stack for stack in STACKS if have >= STACK_FIRST_TENSORFLOW[stack]), key=STACK_FIRST_TENSORFLOW.get,
-               default=DEFAULT_STACK)
+    return max((stack for stack in STACKS if have >= STACK_FIRST_TENSORFLOW[stack]),
+               key=STACK_FIRST_TENSORFLOW.get, default=DEFAULT_STACK)
 
 
 # The exit statuses of every train.py.
@@ -46,8 +47,10 @@ EXIT_DONE = 0  # finished; results.json written
 EXIT_USER_ERROR = 2  # a user mistake or bad data; nothing written, one line on stderr says what to change
 EXIT_DESYNC = 3  # the replicas finished with different weights (the desync guard); no results.json
 EXIT_CLUSTER = 4  # the cluster did not form, or a peer was lost mid-run (infrastructure: retry)
-EXIT_TARGET_MISSED = 13  # --target METRIC=VALUE was not reached; results.json, checkpoint and export are written
-EXIT_STOPPED = 143  # stopped on SIGTERM/SIGUSR1 with a checkpoint (--resume): 128 + SIGTERM, which Kubeflow retries
+# --target METRIC=VALUE was not reached; results.json, checkpoint and export are written
+EXIT_TARGET_MISSED = 13
+# stopped on SIGTERM/SIGUSR1 with a checkpoint (--resume): 128 + SIGTERM, which Kubeflow retries
+EXIT_STOPPED = 143
 
 
 class UserError(Exception):
@@ -67,11 +70,8 @@ class DesyncError(RuntimeError):
 
 
 class ClusterError(RuntimeError):
-    """The cluster did not form, or a peer was lost; the message names who and what to check: exit EXIT_CLUSTER."""
-
-
-class TargetMissed(Exception):
-    """No evaluation of the run reached its --target: exit EXIT_TARGET_MISSED, one line."""
+    """The cluster did not form, or a peer was lost; the message names who and what to check: exit
+    EXIT_CLUSTER."""
 
 
 class StopRequested(Exception):
@@ -102,18 +102,10 @@ STOPPED_FILE = "stopped.json"  # {"step", "total_steps", "signal"}: the job stop
 # The exported model (tf_recipes.export writes it; predict.py reads it).
 EXPORT_DIR = "export"  # RESULTS/export: a TF Serving model base
 EXPORT_INPUT = "images"  # tf.string [None]: encoded JPEG/PNG/BMP/GIF files
-EXPORT_INFO_FILE = "model.json"  # {"recipe", "task", "image_size", "channels", "outputs"; segmentation: "output_size"}
+# {"recipe", "task", "image_size", "channels", "outputs"; segmentation: "output_size"}
+EXPORT_INFO_FILE = "model.json"
 EXPORT_LABELS_FILE = "labels.txt"  # one class name per line, in class-id order
 EXPORT_CLASSES_FILE = "classes.json"  # segmentation: [{"id", "name", "colour": [r, g, b]}]
-
-
-def host_name_problem(host: str) -> str | None:
-    """Why `host` cannot be one of --hosts (HOST:SLOTS for horovodrun -H, HOST:PORT in TF_CONFIG), or None."""
-    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
-    if not host or not set(host) <= allowed or host[0] in ".-" or host[-1] in ".-":
-        return (f"{host!r} is not a host name or IPv4 address (letters, digits, '.', '-' and '_'); give "
-                "comma-separated names such as node1,node2")
-    return None
 
 
 def class_name_problem(name) -> str | None:
@@ -126,10 +118,6 @@ def class_name_problem(name) -> str | None:
         return "is not valid UTF-8"
     return None
 
-
-# The preflight check (`invoke preflight`, `python -m tf_recipes.operations.preflight`).
-PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)
-PREFLIGHT_DEFAULT_DEADLINE = 120  # seconds for the whole check, from each process's start
 
 # A Kubernetes Indexed Job's pods: what commands/k8s.py sets and tf_recipes.cluster reads.
 INDEXED_JOB_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes

@@ -43,7 +43,8 @@ def cannot_download(timeout_s: float = 5.0) -> str | None:
 
 
 def download_tfds(builder, missing: str, size: str = "") -> None:
-    """Downloads and prepares a TFDS builder, or raises DataError(missing) with its {} saying why it cannot."""
+    """Downloads and prepares a TFDS builder, or raises DataError(missing) with its {} saying why it
+    cannot."""
     offline = cannot_download()
     if offline:
         raise DataError(missing.format(f"{offline} to download it{size}"))
@@ -89,7 +90,8 @@ class InputShard:
         if not 0 <= self.pipeline_id < self.num_pipelines:
             raise ValueError(f"pipeline_id {self.pipeline_id} outside 0..{self.num_pipelines - 1}")
         if self.global_batch % self.num_pipelines:  # Distributed: whole slices for every pipeline
-            raise ValueError(f"global batch {self.global_batch} does not divide over {self.num_pipelines} pipelines")
+            raise ValueError(f"global batch {self.global_batch} does not divide over {self.num_pipelines} "
+                             "pipelines")
 
 
 def steps_per_epoch(num_examples: int, global_batch: int) -> int:
@@ -127,7 +129,8 @@ def pipeline_positions(shard: InputShard, num_positions: int) -> np.ndarray:
     """Which positions of the global stream (of `num_positions`) this pipeline reads, in order."""
     share = shard.global_batch // shard.num_pipelines  # contiguous: this pipeline's replicas' slices
     positions = np.arange(num_positions, dtype=np.int64).reshape(-1, shard.num_pipelines, share)
-    return positions[:, shard.pipeline_id, :].reshape(-1)  # Distributed: this pipeline's slice of each global batch
+    # Distributed: this pipeline's slice of each global batch
+    return positions[:, shard.pipeline_id, :].reshape(-1)
 
 
 def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: int,
@@ -145,4 +148,5 @@ def eval_share(num_examples: int, num_pipelines: int, pipeline_id: int) -> slice
         raise DataError(f"the evaluation set has {num_examples} examples, fewer than the {num_pipelines} "
                         "processes that share it; evaluate on more examples or with fewer processes")
     # Distributed: this process's share of the evaluation set
-    return slice(pipeline_id * num_examples // num_pipelines, (pipeline_id + 1) * num_examples // num_pipelines)
+    return slice(pipeline_id * num_examples // num_pipelines,
+                 (pipeline_id + 1) * num_examples // num_pipelines)

@@ -52,6 +52,7 @@ class Curve:
         return round(self.earlier_seconds + process_seconds(), 3)
 
     def add(self, step: int, metrics: dict) -> dict:
+        """The point of an evaluation at `step`, replacing any from a later step (a resume went back)."""
         point = {"step": step, "examples_seen": step * self.global_batch, "seconds": self.seconds(),
                  **{key: value for key, value in metrics.items() if key != "examples"}}
         self.points = [p for p in self.points if p["step"] < step] + [point]
@@ -70,8 +71,8 @@ class Curve:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as error:
-            return (f"{self.path} cannot be read ({type(error).__name__}); the learning curve starts again at "
-                    f"step {step}, without the points before it")
+            return (f"{self.path} cannot be read ({type(error).__name__}); the learning curve starts again "
+                    f"at step {step}, without the points before it")
         points = [p for p in saved.get("points", []) if p.get("step", math.inf) <= step]
         self.points = points
         self.earlier_seconds = float(saved.get("seconds", 0.0)) if saved.get("step") == step else (

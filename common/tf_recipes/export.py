@@ -21,8 +21,8 @@ import keras
 import tensorflow as tf
 
 from tf_recipes.atomic import fsync_directory, fsync_tree, write_atomically
-from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
-                                 UserError, class_name_problem)
+from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,
+                                 EXPORT_LABELS_FILE, UserError, class_name_problem)
 from tf_recipes.data import DataError
 from tf_recipes.reporting import disk_full_is_one_line, nbytes
 
@@ -31,7 +31,8 @@ SAVED_MODEL_FILE = "saved_model.pb"  # RESULTS/export/N/saved_model.pb: what mak
 EXTRA_DIR = "assets.extra"  # RESULTS/export/N/assets.extra: labels.txt, model.json, classes.json
 VERSION_NAME = re.compile(r"[0-9]+")  # the names TF Serving reads as versions
 PARTIAL_PREFIX = ".partial-"  # RESULTS/export/.partial-XXXXXXXX: a version being written
-PARTIAL_MARKER = ".tf-recipes-export"  # in such a folder: tf_recipes.export made it; a later export deletes it
+# in such a folder: tf_recipes.export made it; a later export deletes it
+PARTIAL_MARKER = ".tf-recipes-export"
 
 
 class ExportError(UserError):
@@ -39,7 +40,8 @@ class ExportError(UserError):
 
 
 def decode_images(encoded, image_size, channels, antialias=False):
-    """Encoded image files [N] -> uint8 [N, H, W, channels], resized (bilinear) as the recipes' pipelines do."""
+    """Encoded image files [N] -> uint8 [N, H, W, channels], resized (bilinear) as the recipes' pipelines
+    do."""
     def decode(data):
         image = tf.io.decode_image(data, channels=channels, expand_animations=False)
         image = tf.image.resize(image, image_size, antialias=antialias)
@@ -69,8 +71,8 @@ class ExportSpec:
                     and all(isinstance(n, int) and n > 0 for n in value))
 
         problems = [
-            self.task not in (CLASSIFICATION, SEGMENTATION) and f"task {self.task!r} is not {CLASSIFICATION!r} or "
-                                                               f"{SEGMENTATION!r}",
+            self.task not in (CLASSIFICATION, SEGMENTATION) and f"task {self.task!r} is not "
+                                                               f"{CLASSIFICATION!r} or {SEGMENTATION!r}",
             not self.class_names and "class_names is empty",
             not sizes(self.image_size) and f"image_size {self.image_size!r} is not (height, width) in pixels",
             self.channels not in (1, 3) and f"channels {self.channels!r} is not 1 or 3",
@@ -81,7 +83,8 @@ class ExportSpec:
             and f"output_size {self.output_size!r} is not (height, width) in pixels"]
         problem = next((p for p in problems if p), None)
         if problem:
-            raise ExportError(f"the export this run would write is wrong: {problem} (the recipe's ExportSpec)")
+            raise ExportError(f"the export this run would write is wrong: {problem} (the recipe's "
+                              "ExportSpec)")
         check_class_names(self.class_names)
         return self
 
@@ -96,18 +99,20 @@ def check_class_names(class_names) -> None:
 
 def write_export(folder, model, spec: ExportSpec, recipe: str):
     """Write one version into the new `folder`: the SavedModel and, in assets.extra/, what describes it."""
-    task, class_names, image_size, channels = spec.task, spec.class_names, tuple(spec.image_size), spec.channels
-    output_size = tuple(spec.output_size or image_size)
+    task, class_names, channels = spec.task, spec.class_names, spec.channels
+    image_size, output_size = tuple(spec.image_size), tuple(spec.output_size or spec.image_size)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXPORT_INPUT)])
     def serve(images):
+        """The signature TF Serving and predict.py call: encoded files in, the model's answer out."""
         pixels = decode_images(images, image_size, channels, spec.antialias)  # the model preprocesses them
         probabilities = tf.cast(model(tf.cast(pixels, model.inputs[0].dtype), training=False), tf.float32)
         if task == SEGMENTATION and output_size != image_size:
             probabilities = tf.image.resize(probabilities, output_size)
+        class_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         if task == CLASSIFICATION:
-            return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
-        return {"class_ids": tf.argmax(probabilities, axis=-1, output_type=tf.int32), "probabilities": probabilities}
+            return {"probabilities": probabilities, "class_id": class_ids}
+        return {"class_ids": class_ids, "probabilities": probabilities}
 
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -138,18 +143,21 @@ def versions(base: str) -> list[str]:
 
 
 def next_version(results_dir: str) -> int:
-    """The number of the version a run adds to RESULTS/export; an ExportError for what a server cannot take."""
+    """The number of the version a run adds to RESULTS/export; an ExportError for what a server cannot
+    take."""
     base = os.path.join(results_dir, EXPORT_DIR)
     if os.path.lexists(base) and not os.path.isdir(base):
         raise ExportError(f"{base} is not a folder, and the exported model's versions go into that folder as "
-                          f"{base}/1, 2, ...: move it away, choose another --results-dir, or pass --no-export")
+                          f"{base}/1, 2, ...: move it away, choose another --results-dir, or pass "
+                          "--no-export")
     found = versions(base)
     for name in sorted(os.listdir(base) if os.path.isdir(base) else []):
         if VERSION_NAME.fullmatch(name) and name not in found:
             path = os.path.join(base, name)
             kind = "a folder without saved_model.pb" if os.path.isdir(path) else "not a folder"
-            raise ExportError(f"{path} is named like a model version but is {kind}, and TF Serving would try to "
-                              f"load it: move it out of {base} (or delete it), or choose another --results-dir")
+            raise ExportError(f"{path} is named like a model version but is {kind}, and TF Serving would try "
+                              f"to load it: move it out of {base} (or delete it), or choose another "
+                              "--results-dir")
     return max((int(name) for name in found), default=0) + 1
 
 
@@ -167,12 +175,14 @@ def publish(results_dir, write) -> str:
             shutil.rmtree(path, ignore_errors=True)
     partial = tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=base)
     write_atomically(os.path.join(partial, PARTIAL_MARKER),
-                     "written by tf_recipes.export: a version being written; a later export deletes this folder\n")
+                     "written by tf_recipes.export: a version being written; a later export deletes this "
+                     "folder\n")
     folder = os.path.join(partial, "version")  # renamed to RESULTS/export/N when whole
     try:
         write(folder)
         fsync_tree(folder)
-        final = os.path.join(base, str(next_version(results_dir)))  # counted again: the folder may have changed
+        # counted again: the folder may have changed
+        final = os.path.join(base, str(next_version(results_dir)))
         os.rename(folder, final)  # no folder N exists: next_version has checked every integer name
         fsync_directory(base)
     finally:  # a write that failed leaves nothing; one killed leaves the marked folder for the next export
@@ -181,23 +191,28 @@ def publish(results_dir, write) -> str:
 
 
 def export_model(launcher, results_dir, model, spec: ExportSpec, recipe: str) -> str | None:
-    """On every process: the chief exports `model`'s weights in `spec.build()`'s copy (outside any strategy)."""
+    """On every process: the chief exports `model`'s weights in `spec.build()`'s copy (outside any
+    strategy)."""
     refusal = None
-    if launcher.is_chief:  # Distributed: the chief's RESULTS/export decides, and every process learns of a refusal
+    # Distributed: the chief's RESULTS/export decides, and every process learns of a refusal
+    if launcher.is_chief:
         try:
             next_version(results_dir)
         except ExportError as error:
             refusal = error
     if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
-        raise refusal or ExportError(f"the chief refused to write the export into {results_dir} (its error line "
-                                     "says why)")
+        raise refusal or ExportError(f"the chief refused to write the export into {results_dir} (its error "
+                                     "line says why)")
     final = None
     if launcher.is_chief:  # Distributed: only the chief writes the export
         plain = spec.build()
         plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
-        # A full or read-only disk: one line; publish leaves nothing half-written and the versions before intact
-        with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights), "the export"):
+        # A full or read-only disk: one line; publish leaves nothing half-written and the versions before
+        # intact
+        with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights), "the "
+                                                                                                 "export"):
             final = publish(results_dir, lambda folder: write_export(folder, plain, spec, recipe))
-        print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded images)", flush=True)
+        print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded "
+              "images)", flush=True)
     launcher.barrier()
     return final

@@ -19,6 +19,9 @@ TRAIN, VAL = "train", "val"
 
 @dataclass
 class ImageFolder:
+    """The photos of `root`: the class names (its subfolders, sorted: a class's id is its place in this
+    list, in training, in results.json and in the export's labels.txt) and each split's files and labels."""
+
     root: str
     class_names: list[str]
     splits: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict)  # split -> (paths, labels)
@@ -46,8 +49,8 @@ def _classes(folder: str) -> dict[str, list[str]]:
         if not os.path.isdir(path):
             continue
         if class_name_problem(name):
-            raise DataError(f"class folder {name!r} in {folder}: the name {class_name_problem(name)}, and each "
-                            "class name is one line of the export's labels.txt; rename the folder")
+            raise DataError(f"class folder {name!r} in {folder}: the name {class_name_problem(name)}, and "
+                            "each class name is one line of the export's labels.txt; rename the folder")
         # Distributed: sorted, so every process lists the same files
         listing = user_paths.list_files(path, suffixes=IMAGE_SUFFIXES)
         for other, what in listing.others[:1]:  # never opened: a FIFO would block the run
@@ -76,7 +79,8 @@ def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: in
     if val_fraction is not None:
         if not 0 < val_fraction < 1:
             raise DataError(f"--val-fraction {val_fraction} must be between 0 and 1")
-        train, val, rng = _classes(data_dir), {}, np.random.default_rng(seed)  # Distributed: one split everywhere
+        # Distributed: one split everywhere
+        train, val, rng = _classes(data_dir), {}, np.random.default_rng(seed)
         for name, files in list(train.items()):
             order = rng.permutation(len(files))
             cut = max(1, int(round(len(files) * val_fraction)))
@@ -89,12 +93,12 @@ def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: in
         found = {split: os.path.join(data_dir, split) for split in (TRAIN, VAL)}
         for split, path in found.items():
             if not os.path.isdir(path):
-                raise DataError(f"{data_dir} has no {split}/ folder; give train/ and val/ of class subfolders, "
-                                "or pass --val-fraction F to split one folder of classes")
+                raise DataError(f"{data_dir} has no {split}/ folder; give train/ and val/ of class "
+                                "subfolders, or pass --val-fraction F to split one folder of classes")
         train, val = _classes(found[TRAIN]), _classes(found[VAL])
         for name in sorted(set(train) - set(val)):
-            raise DataError(f"class {name!r} is in {found[TRAIN]} but not in {found[VAL]}; add its validation "
-                            "photos")
+            raise DataError(f"class {name!r} is in {found[TRAIN]} but not in {found[VAL]}; add its "
+                            "validation photos")
         for name in sorted(set(val) - set(train)):
             raise DataError(f"class {name!r} is in {found[VAL]} but not in {found[TRAIN]}; "
                             "remove it or add training photos")

@@ -18,8 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from tf_recipes import cluster, contract
-from tf_recipes.contract import (COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS, PEER_ERRORS,
-                                 ClusterError, UserError)
+from tf_recipes.contract import (COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS,
+                                 PEER_ERRORS, ClusterError, UserError)
 from tf_recipes.data import InputShard, eval_share
 
 
@@ -82,7 +82,8 @@ class Launcher:
 
     def eval_share(self, num_examples: int) -> slice:
         """This process's contiguous share of an evaluation set: every example in exactly one share."""
-        return eval_share(num_examples, self.num_workers, self.worker_index)  # Distributed: eval shard per process
+        # Distributed: eval shard per process
+        return eval_share(num_examples, self.num_workers, self.worker_index)
 
     def scope(self):
         """Where the model and optimizer are built, so that their variables exist on every replica."""
@@ -94,10 +95,12 @@ class Launcher:
             return dataset_fn(InputShard(context.num_input_pipelines, context.input_pipeline_id,
                                          per_replica_batch, per_replica_batch * self.num_replicas))
 
-        return self.strategy.distribute_datasets_from_function(per_worker)  # Strategy: one pipeline per worker
+        # Strategy: one pipeline per worker
+        return self.strategy.distribute_datasets_from_function(per_worker)
 
     def run(self, replica_fn, batch, reduce: bool = True):
-        """Run `replica_fn(*batch)` on every replica; its dict of outputs summed over all (or None, unreduced)."""
+        """Run `replica_fn(*batch)` on every replica; its dict of outputs summed over all (or None,
+        unreduced)."""
         outputs = self.strategy.run(replica_fn, args=tuple(batch))  # Strategy: the step on every replica
         if not reduce:
             return None
@@ -113,8 +116,9 @@ class Launcher:
         """Called once the model and optimizer exist and any checkpoint is restored."""
 
     def mean_over_replicas(self, tensors):
-        """In a replica's step: the mean of `tensors` over all replicas, for state no gradient all-reduce keeps
-        equal (Keras 3's batch-norm statistics), so that a checkpoint of any step resumes bit-identically."""
+        """In a replica's step: the mean of `tensors` over all replicas, for state no gradient all-reduce
+        keeps equal (Keras 3's batch-norm statistics), so that a checkpoint of any step resumes
+        bit-identically."""
         if not tensors or self.num_replicas == 1:
             return tensors
         # Strategy: mean all-reduce in the step
@@ -132,8 +136,10 @@ class Launcher:
         values = np.asarray(values, np.float64)
         if self.num_workers == 1:
             return values
-        summed = self._per_replica(lambda i: values if i == 0 else 0 * values)  # from each process's first replica
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, summed, axis=None).numpy()  # Strategy: one reduce
+        # from each process's first replica
+        summed = self._per_replica(lambda i: values if i == 0 else 0 * values)
+        # Strategy: one reduce
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, summed, axis=None).numpy()
 
     def all_fingerprints(self, variables) -> list[str]:
         """Fingerprint of every replica in the job, known to every process."""
@@ -146,10 +152,12 @@ class Launcher:
         return ["".join(f"{int(code):04x}" for code in row) for row in self.gather_replica_rows(codes)]
 
     def gather_replica_rows(self, rows) -> list[list[float]]:
-        """Every replica's row of numbers (`rows`: this process's) on every process; float32 under a strategy."""
+        """Every replica's row of numbers (`rows`: this process's) on every process; float32 under a
+        strategy."""
         if self.num_workers == 1:
             return [[float(value) for value in row] for row in rows]
-        gathered = self.strategy.gather(self._per_replica(lambda i: [rows[i]], tf.float32), axis=0)  # Strategy: rows
+        # Strategy: rows
+        gathered = self.strategy.gather(self._per_replica(lambda i: [rows[i]], tf.float32), axis=0)
         return gathered.numpy().astype(np.float64).tolist()
 
     def barrier(self):
@@ -159,6 +167,9 @@ class Launcher:
 
 
 class SingleLauncher(Launcher):
+    """One replica in one process, on the first GPU or the CPU, under TensorFlow's default strategy: the
+    reference every other launcher must train the same model as."""
+
     name = "single"
 
     def __init__(self, cpu_replicas: int = 1, **_):
@@ -171,38 +182,53 @@ class SingleLauncher(Launcher):
 
 
 class MirroredLauncher(Launcher):
+    """One process, a replica per local GPU (MirroredStrategy, NCCL all-reduce). Without a GPU, the CPU is
+    split into --cpu-replicas logical devices, so that the same distributed code runs and is tested on any
+    machine; that must happen before TensorFlow initialises its devices, hence create_launcher first."""
+
     name = "mirrored"
 
     def __init__(self, cpu_replicas: int = 1, **_):
         devices = None  # every visible GPU; NCCL all-reduce
-        if not _gpus(grow_memory=True):  # the CPU split into N logical devices, before TensorFlow initialises them
+        # the CPU split into N logical devices, before TensorFlow initialises them
+        if not _gpus(grow_memory=True):
             # Strategy: the CPU split into replicas
             tf.config.set_logical_device_configuration(
-                tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
+                tf.config.list_physical_devices("CPU")[0],
+                [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
             devices = [f"/cpu:{i}" for i in range(cpu_replicas)]
         self.strategy = tf.distribute.MirroredStrategy(devices=devices)  # Strategy: one replica per device
         self.num_replicas = self.local_replicas = self.strategy.num_replicas_in_sync
 
 
 class MultiWorkerLauncher(Launcher):
+    """A process per GPU, or per node, over several nodes (MultiWorkerMirroredStrategy). The cluster comes
+    from TF_CONFIG, a Kubernetes Indexed Job's variables or SLURM's (_cluster_resolver); every worker first
+    waits for its peers' ports for at most --join-timeout s, so that a missing worker is one line naming it
+    (exit 4) instead of a collective that waits for ever."""
+
     name = "multiworker"
 
     def __init__(self, collective: str = "auto", join_timeout: float = 300.0, **_):
         resolver = _cluster_resolver()  # Strategy: the cluster this worker belongs to
         _gpus(grow_memory=True)
         spec = resolver.cluster_spec().as_dict()
-        addresses = [address for task_type in sorted(spec, key=lambda t: t != "chief") for address in spec[task_type]]
-        self.worker_index = resolver.task_id + (len(spec.get("chief", [])) if resolver.task_type == "worker" else 0)
+        addresses = [address for task_type in sorted(spec, key=lambda t: t != "chief")
+                     for address in spec[task_type]]
+        chiefs = len(spec.get("chief", []))  # a worker's index counts the chief before it
+        self.worker_index = resolver.task_id + (chiefs if resolver.task_type == "worker" else 0)
         self.num_workers = len(addresses)
         self.num_nodes = len({address.rsplit(":", 1)[0] for address in addresses})
         wait_for_peers(addresses, self.worker_index, join_timeout)  # Distributed: every worker answers first
-        # Distributed: workers that answer but disagree on the cluster would block in C++ below: exit after the deadline
+        # Distributed: workers that answer but disagree on the cluster would block in C++ below: exit after
+        # the deadline
         faulthandler.dump_traceback_later(join_timeout, exit=True)
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation, collective.upper())
         # Strategy: replicas across worker processes
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver,
-            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=implementation))
         self.num_replicas = self.strategy.num_replicas_in_sync
         self.local_replicas = self.num_replicas // self.num_workers
         self.barrier()  # Distributed: only a complete cluster passes
@@ -210,25 +236,30 @@ class MultiWorkerLauncher(Launcher):
 
 
 def _cluster_resolver():
-    """TF's resolver of the cluster: TF_CONFIG (given, or from a Kubernetes Indexed Job) or SLURM's variables."""
+    """TF's resolver of the cluster: TF_CONFIG (given, or from a Kubernetes Indexed Job) or SLURM's
+    variables."""
     if "TF_CONFIG" not in os.environ and (config := cluster.indexed_job_tf_config(os.environ, wait=True)):
         os.environ["TF_CONFIG"] = config  # Strategy: TF_CONFIG from a Kubernetes Indexed Job
     if "TF_CONFIG" in os.environ:
         cluster.check_tf_config(os.environ["TF_CONFIG"])
-        return tf.distribute.cluster_resolver.TFConfigClusterResolver()  # Strategy: the cluster from TF_CONFIG
+        # Strategy: the cluster from TF_CONFIG
+        return tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if "SLURM_PROCID" not in os.environ:
         raise LauncherError(
-            "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them "
-            "with `python -m tf_recipes.operations.spawn --nproc N -- python train.py ...`) or run under SLURM srun")
+            "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them with "
+            "`python -m tf_recipes.operations.spawn --nproc N -- python train.py ...`) or run under SLURM "
+            "srun")
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
 
     check_slurm_environment(os.environ)
     has_gpus = os.environ.get("CUDA_VISIBLE_DEVICES") or shutil.which("nvidia-smi")  # nvidia-smi counts them
     if gpus := (slurm.get_num_gpus() if has_gpus else 0):
         return slurm.SlurmClusterResolver(gpus_per_node=gpus)  # Strategy: the cluster from SLURM
-    # Without GPUs TF's resolver would place no task: one nominal slot per task, CUDA_VISIBLE_DEVICES left alone.
+    # Without GPUs TF's resolver would place no task: one nominal slot per task, CUDA_VISIBLE_DEVICES left
+    # alone.
     tasks = max(slurm.expand_tasks_per_node(os.environ["SLURM_STEP_TASKS_PER_NODE"]))
-    return slurm.SlurmClusterResolver(gpus_per_node=tasks, gpus_per_task=1, auto_set_gpu=False)  # Strategy: SLURM's
+    # Strategy: SLURM's
+    return slurm.SlurmClusterResolver(gpus_per_node=tasks, gpus_per_task=1, auto_set_gpu=False)
 
 
 def _answers(address: str) -> bool:
@@ -248,8 +279,9 @@ def wait_for_peers(addresses: list[str], own: int, seconds: float) -> None:
         family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
         listener = socket.create_server(("", port), family=family, dualstack_ipv6=family == socket.AF_INET6)
     except OSError as error:
-        raise ClusterError(f"worker {own}: its port {port} ({addresses[own]}) cannot be opened ({error.strerror}); "
-                           "another process holds it: stop that process or give this worker another port") from None
+        raise ClusterError(f"worker {own}: its port {port} ({addresses[own]}) cannot be opened "
+                           f"({error.strerror}); another process holds it: stop that process or give this "
+                           "worker another port") from None
     others, deadline = [i for i in range(len(addresses)) if i != own], time.monotonic() + seconds
     try:
         while others := [i for i in others if not _answers(addresses[i])]:
@@ -270,7 +302,8 @@ def check_slurm_environment(environ) -> None:
     for name, minimum in (("SLURM_PROCID", 0), ("SLURM_STEP_NUM_TASKS", 1)):
         text = environ.get(name, "")
         if not text.strip().isdigit() or int(text) < minimum:
-            raise LauncherError(f"{name}={text!r} is not a whole number >= {minimum}; run the workers with srun")
+            raise LauncherError(f"{name}={text!r} is not a whole number >= {minimum}; run the workers with "
+                                "srun")
         counts.append(int(text))
     if counts[0] >= counts[1]:
         raise LauncherError(f"SLURM_PROCID={counts[0]} is not below SLURM_STEP_NUM_TASKS={counts[1]}")
@@ -283,6 +316,10 @@ def check_slurm_environment(environ) -> None:
 
 
 class HorovodLauncher(Launcher):
+    """A rank per GPU under horovodrun, mpirun or srun --mpi, outside any tf.distribute strategy: Horovod
+    sums the gradients itself (aggregate_gradients) and rank 0's state is broadcast once (prepare). Horovod
+    builds only against the ngc-25.02 stack's TensorFlow; elsewhere its absence is one line saying so."""
+
     name = "horovod"
 
     def __init__(self, **_):
@@ -291,11 +328,12 @@ class HorovodLauncher(Launcher):
         except ImportError as error:
             stack, default = contract.stack_of_tensorflow(tf.__version__), contract.DEFAULT_STACK
             raise LauncherError(
-                f"--launcher horovod needs Horovod ({error}); build it with `bash ci/setup.sh --horovod` or use the "
-                "container image" if "horovod" in contract.STACK_LAUNCHERS[stack] else "--launcher horovod needs "
-                f"Horovod, which builds only on the {default} stack (TensorFlow 2.17); this Python has TensorFlow "
-                f"{tf.__version__}, the {stack} stack: use --launcher multiworker, or `bash ci/setup.sh --stack "
-                f"{default} --horovod`, or its image (invoke run --stack {default})") from None
+                f"--launcher horovod needs Horovod ({error}); build it with `bash ci/setup.sh --horovod` or "
+                "use the container image" if "horovod" in contract.STACK_LAUNCHERS[stack] else
+                f"--launcher horovod needs Horovod, which builds only on the {default} stack (TensorFlow "
+                f"2.17); this Python has TensorFlow {tf.__version__}, the {stack} stack: use --launcher "
+                f"multiworker, or `bash ci/setup.sh --stack {default} --horovod`, or its image (invoke run "
+                f"--stack {default})") from None
         from horovod.common import exceptions as horovod_exceptions
 
         self.hvd = hvd  # Horovod: the collectives' module
@@ -306,7 +344,8 @@ class HorovodLauncher(Launcher):
             _gpus(grow_memory=True)
         # Horovod: errors of a lost or frozen rank (Gloo's timeout: "Horovod has been shut down")
         self.peer_errors = Launcher.peer_errors + tuple(
-            getattr(horovod_exceptions, name, None) or getattr(tf.errors, name) for name in HOROVOD_PEER_ERRORS)
+            getattr(horovod_exceptions, name, None) or getattr(tf.errors, name)
+            for name in HOROVOD_PEER_ERRORS)
         self.num_workers = self.num_replicas = hvd.size()  # Horovod: ranks are replicas
         self.worker_index = hvd.rank()  # Horovod: this rank
         self.num_nodes = hvd.cross_size()  # Horovod: nodes of the job
@@ -330,7 +369,8 @@ class HorovodLauncher(Launcher):
 
     def prepare(self, model, optimizer):
         for variable in model.variables + optimizer.variables:
-            variable.assign(self.hvd.broadcast(variable.value, root_rank=0))  # Horovod: rank 0's weights broadcast
+            # Horovod: rank 0's weights broadcast
+            variable.assign(self.hvd.broadcast(variable.value, root_rank=0))
 
     def mean_over_replicas(self, tensors):
         # Horovod: mean over ranks, one fused all-reduce
@@ -342,13 +382,15 @@ class HorovodLauncher(Launcher):
 
     def gather_replica_rows(self, rows):
         rows = [[float(value) for value in row] for row in rows]
-        return [row for rank in self.hvd.allgather_object(rows) for row in rank]  # Horovod: rows of every rank
+        # Horovod: rows of every rank
+        return [row for rank in self.hvd.allgather_object(rows) for row in rank]
 
 
 def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto",
                     join_timeout: float = 300.0) -> Launcher:
     """Build the named launcher, before anything else touches TensorFlow's devices."""
-    classes = {cls.name: cls for cls in (SingleLauncher, MirroredLauncher, MultiWorkerLauncher, HorovodLauncher)}
+    classes = {cls.name: cls
+               for cls in (SingleLauncher, MirroredLauncher, MultiWorkerLauncher, HorovodLauncher)}
     if name not in classes:
         raise LauncherError(f"unknown launcher {name!r}; choose one of {', '.join(LAUNCHERS)}")
     if collective not in COLLECTIVES:
@@ -359,8 +401,8 @@ def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto",
         raise LauncherError(f"{GPUS_PER_PROCESS_ENV}={text!r} is not a whole number of GPUs")
     if (asked := int(text or 0)) and (seen := len(_gpus())) < asked:
         raise LauncherError(
-            f"asked for {asked} GPU(s) per process ({GPUS_PER_PROCESS_ENV}={asked}) but TensorFlow sees {seen}"
-            f" (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); check the NVIDIA driver "
-            "(nvidia-smi), the CUDA libraries TensorFlow loads, that the container runtime got --gpus (docker run "
-            "--gpus, apptainer --nv), and CUDA_VISIBLE_DEVICES; or run with --gpus 0")
+            f"asked for {asked} GPU(s) per process ({GPUS_PER_PROCESS_ENV}={asked}) but TensorFlow sees "
+            f"{seen} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); check the NVIDIA "
+            "driver (nvidia-smi), the CUDA libraries TensorFlow loads, that the container runtime got "
+            "--gpus (docker run --gpus, apptainer --nv), and CUDA_VISIBLE_DEVICES; or run with --gpus 0")
     return classes[name](cpu_replicas=cpu_replicas, collective=collective, join_timeout=join_timeout)

@@ -36,7 +36,8 @@ def scales_loss(optimizer) -> bool:
 
 def nbytes(variables) -> int:
     """Bytes the values of `variables` take: about what a checkpoint or weights file of them needs."""
-    return int(sum(np.prod(v.shape) * np.dtype(getattr(v.dtype, "name", v.dtype)).itemsize for v in variables))
+    return int(sum(np.prod(v.shape) * np.dtype(getattr(v.dtype, "name", v.dtype)).itemsize
+                   for v in variables))
 
 
 def disk_full_reason(error) -> str | None:
@@ -55,8 +56,8 @@ def disk_full_is_one_line(folder: str, needed: int, what: str, also=()):
     before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
     free = shutil.disk_usage(folder).free if os.path.isdir(folder) else needed
     if free < needed:  # h5py left a failed file open crashes at exit: do not start a write that cannot end
-        raise DiskFullError(f"{folder} is full ({free} bytes free): writing {what} needs about {needed} bytes; "
-                            "free space there or give --results-dir a larger folder")
+        raise DiskFullError(f"{folder} is full ({free} bytes free): writing {what} needs about {needed} "
+                            "bytes; free space there or give --results-dir a larger folder")
     try:
         yield
     # TensorFlow's savers raise ResourceExhaustedError, h5py (the weights) a RuntimeError or OSError.
@@ -71,8 +72,9 @@ def disk_full_is_one_line(folder: str, needed: int, what: str, also=()):
             elif os.path.exists(path):
                 os.remove(path)
         if reason == os.strerror(errno.EROFS):
-            raise DiskFullError(f"{folder} cannot be written ({reason}): writing {what} failed; make it writable "
-                                "again or give --results-dir another folder, and continue with --resume") from None
+            raise DiskFullError(f"{folder} cannot be written ({reason}): writing {what} failed; make it "
+                                "writable again or give --results-dir another folder, and continue with "
+                                "--resume") from None
         raise DiskFullError(f"{folder} is full ({reason}): writing {what} needs about {needed} bytes; "
                             "free space there or give --results-dir a larger folder") from None
 
@@ -117,7 +119,8 @@ class RunReport:
         if not self.launcher.is_chief:  # Distributed: the chief writes TensorBoard scalars
             return
         if run not in self._writers:
-            self._writers[run] = tf.summary.create_file_writer(os.path.join(self.results_dir, "tensorboard", run))
+            folder = os.path.join(self.results_dir, "tensorboard", run)
+            self._writers[run] = tf.summary.create_file_writer(folder)
         with self._writers[run].as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)
@@ -156,8 +159,8 @@ def gather_loss_scaling(launcher: Launcher, optimizer, step: int) -> dict | None
     if not scales_loss(optimizer):
         return None
     rows = [[float(scale.numpy()), step - int(applied.numpy())]
-            for scale, applied in zip(replica_copies(optimizer.dynamic_scale), replica_copies(optimizer.iterations),
-                                      strict=False)]
+            for scale, applied in zip(replica_copies(optimizer.dynamic_scale),
+                                      replica_copies(optimizer.iterations), strict=False)]
     rows = launcher.gather_replica_rows(rows)  # Distributed: loss scales gathered from every replica
     scales, skipped = [row[0] for row in rows], [int(row[1]) for row in rows]
     if len(set(scales)) > 1 or len(set(skipped)) > 1:
@@ -202,7 +205,8 @@ def throughput(step_times_s: list[float], global_batch: int, num_replicas: int, 
     return {
         "timed_steps": int(timed.size),
         "images_per_sec": float(f"{images_per_sec:.4g}"),
-        "images_per_sec_per_replica": float(f"{images_per_sec / num_replicas:.4g}"),  # Distributed: rate per replica
+        # Distributed: rate per replica
+        "images_per_sec_per_replica": float(f"{images_per_sec / num_replicas:.4g}"),
         "step_time_p50_ms": round(float(np.percentile(timed, 50) * 1e3), 3),
         "step_time_p90_ms": round(float(np.percentile(timed, 90) * 1e3), 3),
     }
@@ -223,7 +227,8 @@ def machine() -> dict:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
+                       cpu)
     except OSError:
         pass
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -256,7 +261,8 @@ def results_record(run, extra: dict | None = None, command: list[str] | None = N
         "eval_every": run.eval_interval if run.evaluation else 0, "curve": run.curve.points,
         "target": str(config.target) if config.target else None,
         "time_to_target": reached.get("seconds"), "target_step": reached.get("step"),
-        "wall_seconds": run.curve.seconds(),  # since the process started (and, on a resume, the earlier attempts)
+        # since the process started (and, on a resume, the earlier attempts)
+        "wall_seconds": run.curve.seconds(),
         "machine": machine(), "versions": versions(), "command": sys.argv if command is None else command,
         **(extra or {}),
     }
@@ -274,7 +280,8 @@ def save_results(run, extra: dict | None = None) -> str | None:
     results = results_record(run, extra)
     missing = RESULT_FIELDS - results.keys()
     if missing:  # a recipe that passes no final_metrics, say: the nightly and bench read every field
-        raise RuntimeError(f"results.json would lack {', '.join(sorted(missing))} (tf_recipes.contract.RESULT_FIELDS)")
+        raise RuntimeError(f"results.json would lack {', '.join(sorted(missing))} "
+                           "(tf_recipes.contract.RESULT_FIELDS)")
     with disk_full_is_one_line(folder, len(json.dumps(results, indent=2)), RESULTS_FILE,
                                also=[os.path.join(folder, FINAL_WEIGHTS_FILE)]):
         write_json(path, results)

@@ -41,6 +41,9 @@ class StopFlag:
         return self.signal_name is not None
 
     def install(self) -> "StopFlag":
+        """Handle SIGTERM and SIGUSR1 (a scheduler's stop, or SLURM's warning before the time limit) and
+        Ctrl-C: each only sets the flag, which the loop reads between compiled calls, so that a stop never
+        interrupts a collective that the other processes are waiting in."""
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._handle)
         # Ctrl-C only where SIGINT is not ignored: a job started in the background keeps ignoring it
@@ -49,6 +52,8 @@ class StopFlag:
         return self
 
     def _interrupt(self, signum, frame) -> None:
+        """Ctrl-C: the first stops after the current step with a checkpoint, as SIGTERM does; a second one
+        is Python's KeyboardInterrupt, for a user who will not wait for the checkpoint."""
         self.interrupts += 1
         if self.interrupts > 1:  # the second Ctrl-C: at once
             raise KeyboardInterrupt

@@ -50,16 +50,18 @@ def classification_task() -> Task:
         return {"correct": tf.reduce_sum(tf.cast(tf.equal(predicted, y_true), tf.float32))}
 
     def class_counts(y_true, y_pred):
-        return {"class_counts": tf.reduce_sum(tf.one_hot(tf.cast(y_true, tf.int32), y_pred.shape[-1]), axis=0)}
+        one_hot = tf.one_hot(tf.cast(y_true, tf.int32), y_pred.shape[-1])
+        return {"class_counts": tf.reduce_sum(one_hot, axis=0)}
 
     def summarize(sums):
         metrics = {"accuracy": float(sums["correct"] / sums["examples"])}
-        if "class_counts" in sums:  # the majority class's accuracy: what predicting one class everywhere scores
+        # the majority class's accuracy: what predicting one class everywhere scores
+        if "class_counts" in sums:
             metrics["majority_accuracy"] = float(np.max(sums["class_counts"]) / sums["examples"])
         return metrics
 
-    return Task(loss_fn=keras.losses.sparse_categorical_crossentropy, metric_sums=correct, summarize=summarize,
-                baseline_sums=class_counts)
+    return Task(loss_fn=keras.losses.sparse_categorical_crossentropy, metric_sums=correct,
+                summarize=summarize, baseline_sums=class_counts)
 
 
 def configure_precision(amp: str | None) -> str:
@@ -101,7 +103,8 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return self.peak_rate * tf.where(step < warmup, ramp, decay)
 
     def get_config(self):
-        return {"peak_rate": self.peak_rate, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+        return {"peak_rate": self.peak_rate, "warmup_steps": self.warmup_steps,
+                "total_steps": self.total_steps}
 
 
 def learning_rate(base_rate: float, launcher: Launcher, scale_lr: bool, warmup_steps: int,
@@ -177,13 +180,14 @@ class Trainer:
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.precision = keras.mixed_precision.global_policy().name  # configure_precision has set it
         if config.loss_scale_initial != LOSS_SCALE_INITIAL and self.precision != "mixed_float16":
-            raise UserError(f"--loss-scale-initial {config.loss_scale_initial:g} applies only to float16 loss "
-                            f"scaling, and this run computes in {self.precision}; add --amp float16 (a bare --amp "
-                            "is float16 only on a GPU) or leave --loss-scale-initial out")
+            raise UserError(f"--loss-scale-initial {config.loss_scale_initial:g} applies only to float16 "
+                            f"loss scaling, and this run computes in {self.precision}; add --amp float16 (a "
+                            "bare --amp is float16 only on a GPU) or leave --loss-scale-initial out")
         self.checkpoints = Checkpoints(launcher, self.results_dir, config.resume, self.run_identity(),
                                        self.total_steps, self.exports)
         self.checkpoint_dir = self.checkpoints.folder
-        self.eval_interval = evaluating.eval_interval(config.eval_every, self.total_steps, self.steps_per_epoch)
+        self.eval_interval = evaluating.eval_interval(config.eval_every, self.total_steps,
+                                                      self.steps_per_epoch)
         self.curve = evaluating.Curve(self.checkpoint_dir, self.global_batch)
         self.evaluation = None  # fit's `evaluation`: this process's share of the held-out set, made anew
         self._eval_steps = {}  # id(Task): its compiled evaluation step
@@ -198,8 +202,8 @@ class Trainer:
             except UserError as error:
                 refusal = error
         if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
-            raise refusal or UserError(f"{self.results_dir} is in use by another run (the chief's error line says "
-                                       "which); wait for it to end, or choose another --results-dir")
+            raise refusal or UserError(f"{self.results_dir} is in use by another run (the chief's error line "
+                                       "says which); wait for it to end, or choose another --results-dir")
         self.checkpoints.check_resume_target(config.target)
         if self.exports:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
@@ -215,17 +219,20 @@ class Trainer:
         return self.config.target and self.config.target.first_reached(self.curve.points)
 
     def run_identity(self) -> dict:
-        """What decides the data order, the arithmetic and the per-replica state: a resumed run must match it."""
-        return {"recipe": self.recipe, "global_batch": self.global_batch, "replicas": self.launcher.num_replicas,
-                "per_replica_batch": self.config.batch_size, "seed": self.config.seed,
+        """What decides the data order, the arithmetic and the per-replica state: a resumed run must match
+        it."""
+        return {"recipe": self.recipe, "global_batch": self.global_batch,
+                "replicas": self.launcher.num_replicas, "per_replica_batch": self.config.batch_size,
+                "seed": self.config.seed,
                 "training_examples": self.num_examples, "precision": self.precision}
 
     def setup(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
         """Build the optimizer's state, restore the latest checkpoint (--resume), sync replicas."""
         with self.launcher.scope():  # Strategy: optimizer state on every replica
             if self.precision == "mixed_float16":  # float16 gradients underflow without a loss scale
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=self.config.loss_scale_initial,
-                                                                dynamic_growth_steps=LOSS_SCALE_GROWTH_STEPS)
+                optimizer = keras.optimizers.LossScaleOptimizer(
+                    optimizer, initial_scale=self.config.loss_scale_initial,
+                    dynamic_growth_steps=LOSS_SCALE_GROWTH_STEPS)
             optimizer.build(model.trainable_variables)
         self.model, self.optimizer = model, optimizer
         self.checkpoints.track(model, optimizer, self.step)
@@ -237,6 +244,11 @@ class Trainer:
         self.launcher.prepare(model, optimizer)  # Distributed: every replica starts from one state
 
     def _build_train_step(self, task: Task):
+        """The compiled call that runs --steps-per-loop steps on every replica. Each replica divides its
+        summed per-example loss by the global batch, so that the gradients summed over replicas (in
+        apply_gradients, or Horovod's all-reduce) are those of the mean over the global batch, as one device
+        computes them; state that no gradient keeps equal (batch-norm statistics, float16's skipped steps) is
+        made equal here, so that the replicas end bit-identical and a checkpoint resumes exactly."""
         model, optimizer, launcher = self.model, self.optimizer, self.launcher
         variables = model.trainable_variables
         global_batch = float(self.global_batch)
@@ -270,7 +282,8 @@ class Trainer:
             optimizer.apply_gradients(zip(gradients, variables, strict=True))
             # Batch-norm moving statistics: every replica takes the mean, so all hold one value.
             # Distributed: batch-norm statistics averaged
-            means = launcher.mean_over_replicas([tf.identity(v.value) for v in drifting])  # tensors, not variables
+            # tensors, not variables
+            means = launcher.mean_over_replicas([tf.identity(v.value) for v in drifting])
             for variable, mean in zip(drifting, means, strict=True):
                 variable.assign(mean)  # Distributed: every replica keeps the mean statistics
             # The stop flag is summed over replicas with the outputs, so every process stops after one step.
@@ -318,7 +331,8 @@ class Trainer:
         step = self.start_step
         last = time.perf_counter()
         while step < self.total_steps:
-            first, step = step + 1, loop_end(step, self.total_steps, config.steps_per_loop, every, config.profile or ())
+            first = step + 1
+            step = loop_end(step, self.total_steps, config.steps_per_loop, every, config.profile or ())
             if config.profile:
                 self.report.profile(first, before=True)
             outputs = self._run_steps(train_loop, inputs[0], first, step, explain_input_error)
@@ -334,7 +348,8 @@ class Trainer:
             if config.profile:
                 self.report.profile(step, before=False)
             # The evaluation at the last step is evaluate()'s, after fit
-            reached = eval_every and step % eval_every == 0 and step < self.total_steps and self._eval_point(step)
+            reached = (eval_every and step % eval_every == 0 and step < self.total_steps
+                       and self._eval_point(step))
             if step % checkpoint_every == 0 or step == self.total_steps or stop or reached:
                 self._save_checkpoint(step)
             if reached:  # every process evaluated the same sums, so all of them stop here
@@ -361,15 +376,17 @@ class Trainer:
             raise
         except self.launcher.peer_errors as error:  # Distributed: a lost peer is one line
             raise ClusterError(
-                f"worker {self.launcher.worker_index}: lost contact with the other workers at steps {first}..{last} "
-                f"({type(error).__name__}: {peer_error_summary(error)}); a peer died, froze or was stopped. "
-                "Continue from the last checkpoint with --resume") from None
+                f"worker {self.launcher.worker_index}: lost contact with the other workers at steps "
+                f"{first}..{last} ({type(error).__name__}: {peer_error_summary(error)}); a peer died, froze "
+                "or was stopped. Continue from the last checkpoint with --resume") from None
 
     def _check_replicas_agree(self) -> None:
-        """The end of fit: every replica's weights, statistics and loss scale bit-identical, or DesyncError."""
+        """The end of fit: every replica's weights, statistics and loss scale bit-identical, or
+        DesyncError."""
         trainable, drifting = replica_state(self.model)
         # Distributed: the loss scales must agree
-        self.loss_scaling = reporting.gather_loss_scaling(self.launcher, self.optimizer, int(self.step.numpy()))
+        self.loss_scaling = reporting.gather_loss_scaling(self.launcher, self.optimizer,
+                                                          int(self.step.numpy()))
         # Distributed: the weights must agree (the desync guard)
         self.fingerprints = reporting.agreed_fingerprints(
             self.launcher, trainable + drifting + reporting.loss_scale_state(self.optimizer))
@@ -404,8 +421,8 @@ class Trainer:
         reached = self.target_reached()
         if reached is None:
             return False
-        log(self.launcher, f"target {self.config.target} reached at step {step}, {reached['seconds']:.1f} s after the "
-                           "start; training ends here")
+        log(self.launcher, f"target {self.config.target} reached at step {step}, {reached['seconds']:.1f} s "
+                           "after the start; training ends here")
         return True
 
     def evaluate(self, dataset=None, task: Task | None = None,
@@ -456,9 +473,11 @@ class Trainer:
         self.report.write_scalars("eval", step, scalars)
         point = self.curve.add(step, metrics)
         self._evaluated = step, metrics
-        if self._checkpointed == step:  # the evaluation at the end, after the last checkpoint: a resume keeps it
+        # the evaluation at the end, after the last checkpoint: a resume keeps it
+        if self._checkpointed == step:
             self._save_curve(step)
-        log(self.launcher, f"eval at step {step} ({point['examples_seen']:,} examples seen, {point['seconds']:.1f} s): "
+        log(self.launcher, f"eval at step {step} ({point['examples_seen']:,} examples seen, "
+                           f"{point['seconds']:.1f} s): "
                            + "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()))
         return metrics
 

@@ -16,7 +16,8 @@ WRITABLE_PLACE = "give a folder in a place you can write"
 
 
 def what_is(path) -> str:
-    """FILE, FOLDER (or a symbolic link to one), MISSING, or what else is there, in words; never opens `path`."""
+    """FILE, FOLDER (or a symbolic link to one), MISSING, or what else is there, in words; never opens
+    `path`."""
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -34,16 +35,19 @@ def not_a_file(path, what: str) -> str:
 @dataclass
 class Listing:
     files: list[str] = field(default_factory=list)  # regular files and links to them, sorted
-    others: list[tuple[str, str]] = field(default_factory=list)  # (path, what_is) of every other entry, sorted
+    # (path, what_is) of every other entry, sorted
+    others: list[tuple[str, str]] = field(default_factory=list)
 
 
 def list_files(folder, *, recursive: bool = False, suffixes=None, hidden: bool = True) -> Listing:
-    """A folder's regular files (and links to them) and its other entries, named, ending in one of `suffixes`."""
+    """A folder's regular files (and links to them) and its other entries, named, ending in one of
+    `suffixes`."""
     listing = Listing()
     for parent, subfolders, names in os.walk(folder):
         subfolders[:] = [name for name in subfolders if recursive and (hidden or not name.startswith("."))]
         for name in names:
-            if (not hidden and name.startswith(".")) or (suffixes and not name.lower().endswith(tuple(suffixes))):
+            if (not hidden and name.startswith(".")) or (
+                    suffixes and not name.lower().endswith(tuple(suffixes))):
                 continue
             path = os.path.join(parent, name)
             what = what_is(path)
@@ -93,10 +97,12 @@ def flags_problem(inputs, folders=None, files=None, creatable: bool = True) -> s
     made = {**folders, **dict(folder_of(flag, path) for flag, path in files.items())} if creatable else {}
     problems = itertools.chain(
         (folder_problem(flag, path) for flag, path in folders.items()),
-        (f"{flag} {path} is {what}, not a file; give the path of a file to write" for flag, path in files.items()
+        (f"{flag} {path} is {what}, not a file; give the path of a file to "
+         "write" for flag, path in files.items()
          if (what := what_is(path)) not in (FILE, MISSING)),
         (output_problem(flag, path, inputs) for flag, path in {**folders, **files}.items()),
-        (creatable_problem(flag, path) for flag, path in made.items()))  # lazily: it makes (and removes) folders
+        # lazily: it makes (and removes) folders
+        (creatable_problem(flag, path) for flag, path in made.items()))
     return next((problem for problem in problems if problem), None)
 
 
@@ -125,7 +131,8 @@ def make_folder(flag: str, path) -> str | None:
         os.makedirs(path, exist_ok=True)
     except OSError as error:
         where = f" at {error.filename}" if error.filename and str(error.filename) != str(path) else ""
-        return f"{flag} {path} cannot be made ({error.strerror or type(error).__name__}{where}); {WRITABLE_PLACE}"
+        reason = error.strerror or type(error).__name__
+        return f"{flag} {path} cannot be made ({reason}{where}); {WRITABLE_PLACE}"
     return None
 
 
@@ -147,7 +154,8 @@ def creatable_problem(flag: str, path) -> str | None:
 
 
 def exit_if(problem: str | None) -> None:
-    """A script's command line: one `error:` line on stderr and exit status 2 (a user mistake) for a problem."""
+    """A script's command line: one `error:` line on stderr and exit status 2 (a user mistake) for a
+    problem."""
     if problem:
         print(f"error: {problem}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -7,7 +7,7 @@ seed tutorial's model and hyper-parameters. The same script runs under every lau
 
     python recipes/cassava-resnet/train.py --launcher single --data-dir DIR
     python recipes/cassava-resnet/train.py --launcher mirrored --data-dir DIR        # all local GPUs
-    python -m tf_recipes.operations.spawn --nproc 2 -- \
+    python -m tf_recipes.operations.spawn --nproc 2 -- \\
         python recipes/cassava-resnet/train.py --launcher multiworker --data-dir DIR
     horovodrun -np 4 -H localhost:4 python recipes/cassava-resnet/train.py --launcher horovod --data-dir DIR
 

@@ -14,6 +14,7 @@ import pytest
 
 from tf_recipes import contract
 from tf_recipes.operations import preflight
+from tf_recipes.operations import PREFLIGHT_FILE
 from tf_recipes.operations.spawn import free_ports, worker_environments
 from helpers import REPO, assert_ok, read_results, run_invoke
 from jobs import Job
@@ -40,7 +41,7 @@ def gone(pid, seconds=10) -> bool:
 
 
 def read_verdict(results_dir):
-    with open(os.path.join(results_dir, contract.PREFLIGHT_FILE)) as handle:
+    with open(os.path.join(results_dir, PREFLIGHT_FILE)) as handle:
         return json.load(handle)
 
 

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from tf_recipes import cli, evaluation
-from tf_recipes.config import RunConfig, Target
-from tf_recipes.contract import TargetMissed
+from tf_recipes.config import RunConfig, Target, TargetMissed
 from tf_recipes.evaluation import Curve, eval_interval
 
 target_type = cli.target_type

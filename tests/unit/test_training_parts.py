@@ -84,7 +84,7 @@ def test_the_training_iterator_is_released_off_the_main_thread_and_nothing_else_
 
 LEAVING = """
 import sys, time
-from tf_recipes import cli, contract, training
+from tf_recipes import cli, config, training
 class SlowToRelease:
     def __del__(self):
         time.sleep(float(sys.argv[1]))
@@ -92,7 +92,7 @@ training.release_in_background([SlowToRelease()])
 def main():
     print("written", flush=True)
     if sys.argv[2] == "missed":
-        raise contract.TargetMissed("--target accuracy>=0.99 was not reached")
+        raise config.TargetMissed("--target accuracy>=0.99 was not reached")
 cli.run_main(main)
 """
 

@@ -8,5 +8,20 @@
 - `pipeline_bench`: the input pipelines' throughput, for the recipes' benchmark_input.py.
 
 They may use the engine and the command line (tf_recipes.cli); nothing in the engine imports them
-(the layers are an import-linter contract in pyproject.toml).
+(the layers are an import-linter contract in pyproject.toml). The names below are what operations and the
+host side (commands/, tasks/) agree on; a training process needs none of them, so they are not in
+tf_recipes.contract.
 """
+
+# The preflight check (`invoke preflight`, `python -m tf_recipes.operations.preflight`).
+PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)
+PREFLIGHT_DEFAULT_DEADLINE = 120  # seconds for the whole check, from each process's start
+
+
+def host_name_problem(host: str) -> str | None:
+    """Why `host` cannot be one of --hosts (HOST:SLOTS for horovodrun -H, HOST:PORT in TF_CONFIG), or None."""
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+    if not host or not set(host) <= allowed or host[0] in ".-" or host[-1] in ".-":
+        return (f"{host!r} is not a host name or IPv4 address (letters, digits, '.', '-' and '_'); give "
+                "comma-separated names such as node1,node2")
+    return None

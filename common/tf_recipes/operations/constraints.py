@@ -1,5 +1,6 @@
-"""A stack's pip constraints, as the library carries them: `python -m tf_recipes.operations.constraints STACK` prints
-the file stacks/STACK.txt of the checkout the library was built from (package data, `tf_recipes.stacks`).
+"""A stack's pip constraints, as the library carries them: `python -m tf_recipes.operations.constraints STACK`
+prints the file stacks/STACK.txt of the checkout the library was built from (package data,
+`tf_recipes.stacks`).
 
 A recipe image installs the library's wheel first, then the recipe's requirements with these pins, so
 that a recipe folder builds its image with nothing from outside it (the Dockerfiles, docs/library.md).
@@ -19,7 +20,8 @@ def stacks() -> list[str]:
 def constraints(stack: str) -> str:
     """The text of stacks/STACK.txt; ValueError (one line) for a stack the library does not carry."""
     if stack not in stacks():
-        raise ValueError(f"stack {stack!r} is not one this tf-recipes carries; use one of {', '.join(stacks())}")
+        raise ValueError(f"stack {stack!r} is not one this tf-recipes carries; use one of "
+                         f"{', '.join(stacks())}")
     return (resources.files("tf_recipes.stacks") / f"{stack}.txt").read_text()
 
 

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from tf_recipes import cli
 from tf_recipes.contract import UserError
 
-DESYNC, OVERFLOW, SLOW = "TF_RECIPES_FAULT_DESYNC_REPLICA", "TF_RECIPES_FAULT_OVERFLOW", "TF_RECIPES_FAULT_SLOW_STEP"
+DESYNC, OVERFLOW = "TF_RECIPES_FAULT_DESYNC_REPLICA", "TF_RECIPES_FAULT_OVERFLOW"
+SLOW = "TF_RECIPES_FAULT_SLOW_STEP"
 DOWNLOAD_HOST = "TF_RECIPES_FAULT_DOWNLOAD_HOST"
 FAULT_ENVS = (DESYNC, OVERFLOW, SLOW, DOWNLOAD_HOST)
 # The tf_recipes.launchers.Launcher methods the faults wrap: renaming one there fails inject(), and a test
@@ -67,7 +68,8 @@ def faults(environ=None) -> Faults:
     """The faults `environ` (default os.environ) asks for; an unset or empty variable asks for none."""
     environ = os.environ if environ is None else environ
     parsed = {}
-    for name, parse in ((DESYNC, cli.non_negative_int), (OVERFLOW, replica_at_step), (SLOW, cli.non_negative_float)):
+    for name, parse in ((DESYNC, cli.non_negative_int), (OVERFLOW, replica_at_step),
+                        (SLOW, cli.non_negative_float)):
         text = environ.get(name, "")
         try:
             parsed[name] = parse(text) if text else None
@@ -110,7 +112,8 @@ def inject(launcher, asked: Faults):
     def overflowing(gradients):
         replica, step = asked.overflow
         here = tf.logical_and(tf.equal(steps, step), tf.equal(replica_index(launcher), replica))
-        return aggregate([g if g is None else tf.where(here, tf.constant(float("inf"), g.dtype), g) for g in gradients])
+        return aggregate([g if g is None else tf.where(here, tf.constant(float("inf"), g.dtype), g)
+                          for g in gradients])
 
     def loss_scaled(model, optimizer):
         if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
@@ -130,8 +133,8 @@ def inject(launcher, asked: Faults):
     if asked.overflow:
         replica, replicas = asked.overflow[0], launcher.num_replicas
         if replica >= replicas:
-            raise UserError(f"{OVERFLOW}={replica}:{asked.overflow[1]}: there is no replica {replica}, this run has "
-                            f"{replicas} (0..{replicas - 1})")
+            raise UserError(f"{OVERFLOW}={replica}:{asked.overflow[1]}: there is no replica {replica}, this "
+                            f"run has {replicas} (0..{replicas - 1})")
         launcher.aggregate_gradients, launcher.prepare = overflowing, loss_scaled
     if asked.desync_replica is not None:
         launcher.all_fingerprints = desynced
@@ -140,7 +143,8 @@ def inject(launcher, asked: Faults):
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0].startswith("-"):
-        raise UserError("usage: python -m tf_recipes.operations.faults SCRIPT [ARGS...], with TF_RECIPES_FAULT_* set")
+        raise UserError("usage: python -m tf_recipes.operations.faults SCRIPT [ARGS...], with "
+                        "TF_RECIPES_FAULT_* set")
     from tf_recipes import data, launchers  # TensorFlow loads here, after the faults are read
 
     asked = faults()
@@ -149,7 +153,8 @@ def main(argv: list[str]) -> None:
     create = launchers.create_launcher
     launchers.create_launcher = lambda *args, **kwargs: inject(create(*args, **kwargs), asked)
     sys.argv = list(argv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))  # the script's own modules, as `python SCRIPT`
+    # the script's own modules, as `python SCRIPT`
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
     runpy.run_path(argv[0], run_name="__main__")
 
 

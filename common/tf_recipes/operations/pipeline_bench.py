@@ -41,9 +41,10 @@ def summarise_epochs(runs: list[dict]) -> dict:
         return {key: round(statistics.median(epoch[key] for epoch in epochs), 3) for key in EPOCH_FIGURES}
 
     later = [medians(run["epochs"][1:]) for run in runs if len(run["epochs"]) > 1]
-    return {"first_epoch": medians([run["epochs"][0] for run in runs]) | {"images": runs[0]["epochs"][0]["images"]},
-            "later_epochs": medians(later) if later else None,
-            "memory": {key: statistics.median(run["memory"][key] for run in runs) for key in runs[0]["memory"]}}
+    first = medians([run["epochs"][0] for run in runs]) | {"images": runs[0]["epochs"][0]["images"]}
+    return {"first_epoch": first, "later_epochs": medians(later) if later else None,
+            "memory": {key: statistics.median(run["memory"][key] for run in runs)
+                       for key in runs[0]["memory"]}}
 
 
 def ratios_within_rounds(ours: list[dict], seed: list[dict]) -> dict:
@@ -55,5 +56,6 @@ def ratios_within_rounds(ours: list[dict], seed: list[dict]) -> dict:
 
     result = {"first_epoch": ratio(lambda run: run["epochs"][0]["images_per_sec"])}
     if len(ours[0]["epochs"]) > 1:
-        result["later_epochs"] = ratio(lambda run: statistics.median(e["images_per_sec"] for e in run["epochs"][1:]))
+        result["later_epochs"] = ratio(
+            lambda run: statistics.median(e["images_per_sec"] for e in run["epochs"][1:]))
     return result

@@ -1,4 +1,5 @@
-"""Predictions from an exported model (RESULTS/export, common/tf_recipes/export.py): what every predict.py runs.
+"""Predictions from an exported model (RESULTS/export, common/tf_recipes/export.py): what every predict.py
+runs.
 
 --model is the export folder (a TF Serving model base: version folders 1/, 2/, ...), the results folder
 that holds it, or one version folder. Given a model base, it uses the newest version, as TF Serving
@@ -40,8 +41,8 @@ import sys
 from tf_recipes import user_paths
 from tf_recipes.atomic import write_atomically
 from tf_recipes.cli import positive_int
-from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT, EXPORT_LABELS_FILE,
-                                 UserError)
+from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,
+                                 EXPORT_LABELS_FILE, UserError)
 
 EXPORT_SIGNATURE = "serving_default"  # the export's signature that predict.py calls
 PREDICTIONS_FILE = "predictions.csv"  # what a classification predict.py writes in --out
@@ -57,20 +58,22 @@ class PredictError(UserError):
 def parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", required=True,
-                        help="the export folder (RESULTS/export: its newest version is used), the results folder "
-                             "that holds it, or one version folder (RESULTS/export/N)")
+                        help="the export folder (RESULTS/export: its newest version is used), the results "
+                             "folder that holds it, or one version folder (RESULTS/export/N)")
     parser.add_argument("--input", required=True,
                         help="an image file, or a folder of them (its subfolders too; hidden ones left out)")
     parser.add_argument("--out", required=True, help="folder for the predictions (created if missing)")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="images per call of the model")
-    parser.add_argument("--top-k", type=positive_int, default=3, help="classification: classes listed per image")
+    parser.add_argument("--top-k", type=positive_int, default=3,
+                        help="classification: classes listed per image")
     return parser
 
 
 def find_export(path: str) -> tuple[str, str]:
     """(the version folder to load, its name): `path` itself when it is a version folder, else the
     newest version of `path` or of `path`/export."""
-    from tf_recipes import export  # here, not at the top: it loads TensorFlow, which the checks before do not need
+    # here, not at the top: it loads TensorFlow, which the checks before do not need
+    from tf_recipes import export
 
     if os.path.isfile(os.path.join(path, export.SAVED_MODEL_FILE)):
         return path, os.path.basename(os.path.normpath(path))
@@ -80,11 +83,11 @@ def find_export(path: str) -> tuple[str, str]:
         return os.path.join(base, found[-1]), found[-1]
     if not os.path.isdir(path):
         kind = "a file, not a folder" if os.path.exists(path) else "no such folder"
-        raise PredictError(f"--model {path}: no exported model there ({kind}); give the export folder of a training "
-                           f"run (RESULTS/{EXPORT_DIR}) or one of its version folders")
-    raise PredictError(f"--model {path}: no exported model there: {base} holds no version folder (1/, 2/, ... with "
-                       f"{export.SAVED_MODEL_FILE} in it); point --model at RESULTS/{EXPORT_DIR} of a run that "
-                       "finished without --no-export, or at one of its version folders")
+        raise PredictError(f"--model {path}: no exported model there ({kind}); give the export folder of a "
+                           f"training run (RESULTS/{EXPORT_DIR}) or one of its version folders")
+    raise PredictError(f"--model {path}: no exported model there: {base} holds no version folder (1/, 2/, "
+                       f"... with {export.SAVED_MODEL_FILE} in it); point --model at RESULTS/{EXPORT_DIR} of "
+                       "a run that finished without --no-export, or at one of its version folders")
 
 
 def model_base(path: str) -> str:
@@ -101,9 +104,9 @@ def extra_file(folder: str, name: str) -> str:
 
     path = os.path.join(folder, export.EXTRA_DIR, name)
     if not os.path.isfile(path):
-        raise PredictError(f"--model {folder}: no {export.EXTRA_DIR}/{name} in that version folder (an export written "
-                           f"before versioned folders kept it beside the version: move {EXPORT_LABELS_FILE}, "
-                           f"{EXPORT_INFO_FILE} and {EXPORT_CLASSES_FILE} into "
+        raise PredictError(f"--model {folder}: no {export.EXTRA_DIR}/{name} in that version folder (an "
+                           "export written before versioned folders kept it beside the version: move "
+                           f"{EXPORT_LABELS_FILE}, {EXPORT_INFO_FILE} and {EXPORT_CLASSES_FILE} into "
                            f"{os.path.join(folder, export.EXTRA_DIR)})")
     return path
 
@@ -116,8 +119,9 @@ def list_inputs(path: str) -> tuple[list[str], list[tuple[str, str]]]:
     if what == user_paths.FILE:
         return [path], []
     if what != user_paths.FOLDER:
-        raise PredictError(f"--input {path}: {'no such file or folder' if what == user_paths.MISSING else what}; "
-                           "give an image file or a folder of them")
+        raise PredictError(f"--input {path}: "
+                           f"{'no such file or folder' if what == user_paths.MISSING else what}; give an "
+                           "image file or a folder of them")
     listing = user_paths.list_files(path, recursive=True, hidden=False)  # a val/ folder of classes, say
     if not listing.files and not listing.others:
         raise PredictError(f"--input {path}: the folder holds no files")
@@ -133,21 +137,22 @@ def output_stem(args, path: str) -> str:
 def check_paths(args, files: list[str], task: str) -> None:
     """Refuse, before anything is written, a run whose outputs could land on its inputs or on other files."""
     out = os.path.realpath(args.out)
-    problem = user_paths.output_problem("--out", args.out, {"--input": args.input, "--model": model_base(args.model)})
+    problem = user_paths.output_problem("--out", args.out,
+                                        {"--input": args.input, "--model": model_base(args.model)})
     if problem:
         raise PredictError(problem)
     for path in files:
         if user_paths.inside(os.path.realpath(path), out):
-            raise PredictError(f"--input file {path} is inside --out {args.out} (as {os.path.realpath(path)}): "
-                               "choose an --out outside the inputs")
+            raise PredictError(f"--input file {path} is inside --out {args.out} (as "
+                               f"{os.path.realpath(path)}): choose an --out outside the inputs")
     problem = user_paths.flags_problem({}, {"--out": args.out})
     if problem:
         raise PredictError(problem)
     if os.path.isdir(args.out):
         present = sorted(os.listdir(args.out))
         if present and PREDICT_MARKER not in present:
-            raise PredictError(f"--out {args.out} already holds files no predict run wrote (such as {present[0]}): "
-                               "choose a new or empty folder")
+            raise PredictError(f"--out {args.out} already holds files no predict run wrote (such as "
+                               f"{present[0]}): choose a new or empty folder")
     if task == "segmentation":
         owners = {}
         for path in files:
@@ -161,8 +166,8 @@ def check_paths(args, files: list[str], task: str) -> None:
             while parent:
                 for suffix in (".png", ".json"):
                     if parent.endswith(suffix) and parent[:-len(suffix)] in owners:
-                        raise PredictError(f"--input files {owners[parent[:-len(suffix)]]} and {path} would be "
-                                           f"written as a file and into a folder both named "
+                        raise PredictError(f"--input files {owners[parent[:-len(suffix)]]} and {path} would "
+                                           "be written as a file and into a folder both named "
                                            f"{os.path.join(args.out, parent)}: rename one of them")
                 parent = os.path.dirname(parent)
 
@@ -278,7 +283,8 @@ def run(args, task: str) -> None:
     if problem:
         raise PredictError(problem)
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
-        handle.write("written by tf_recipes.operations.predicting: a later predict run may write here again\n")
+        handle.write("written by tf_recipes.operations.predicting: a later predict run may write here "
+                     "again\n")
     unreadable, table, done = [], None, 0
     for path, what in others:
         skip(path, f"{what}, not a regular file", unreadable)
@@ -296,7 +302,8 @@ def run(args, task: str) -> None:
                 writer.writerows(classification_rows(model, batch, outputs, args.top_k))
                 table.flush()  # the rows of every finished batch survive a later failure
             if task == "segmentation":
-                for path, blob, class_ids in zip(batch, blobs, outputs["class_ids"] if batch else [], strict=True):
+                answers = outputs["class_ids"] if batch else []
+                for path, blob, class_ids in zip(batch, blobs, answers, strict=True):
                     write_segmentation(model, path, blob, class_ids, args.out, output_stem(args, path))
             done += len(batch)
             print(f"predict: {min(start + args.batch_size, len(files))}/{len(files)} files", flush=True)

@@ -1,8 +1,8 @@
-"""A check of a cluster before a long job: `python -m tf_recipes.operations.preflight --launcher L`, started in
-every process by the same launcher command as a recipe's train.py (`invoke preflight RECIPE`, the
+"""A check of a cluster before a long job: `python -m tf_recipes.operations.preflight --launcher L`, started
+in every process by the same launcher command as a recipe's train.py (`invoke preflight RECIPE`, the
 `--preflight` step of `invoke sbatch` and `invoke k8s`).
 
-    python -m tf_recipes.operations.spawn --nproc 2 -- \
+    python -m tf_recipes.operations.spawn --nproc 2 -- \\
         python -m tf_recipes.operations.preflight --launcher multiworker --deadline 30
 
 Every process reports its host, rank, visible devices and the TensorFlow, Keras, Horovod, CUDA and
@@ -36,6 +36,7 @@ import time
 from tf_recipes import contract, user_paths
 from tf_recipes.atomic import write_atomically
 from tf_recipes.cli import at_least, positive_int
+from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_FILE
 
 DEFAULT_SIZES = "4K,64K,1M,16M"
 MIN_DEADLINE = 5  # seconds: below it not even a healthy cluster can answer
@@ -70,10 +71,10 @@ def expected_sum(replicas: int) -> float:
 
 
 def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
-    """(rank, processes) of this process as its launcher set them, before any collective exists, in
-    the order the launcher itself looks: horovod from horovodrun, mpirun (Open MPI) or srun;
-    multiworker from TF_CONFIG (as tf_recipes.operations.spawn and TFJob set it), a Kubernetes Indexed Job or srun;
-    single and mirrored are one process."""
+    """(rank, processes) of this process as its launcher set them, before any collective exists, in the order
+    the launcher itself looks: horovod from horovodrun, mpirun (Open MPI) or srun; multiworker from TF_CONFIG
+    (as tf_recipes.operations.spawn and TFJob set it), a Kubernetes Indexed Job or srun; single and mirrored
+    are one process."""
     if contract.launcher_trait(launcher, "one_process"):
         return 0, 1
     pairs = [("HOROVOD_RANK", "HOROVOD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
@@ -84,7 +85,8 @@ def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
             workers = [a for group in config["cluster"].values() for a in group]
             return int(config["task"]["index"]), len(workers)
         except (ValueError, KeyError, TypeError):
-            pairs = [(contract.INDEXED_JOB_INDEX, contract.INDEXED_JOB_WORKERS), ("SLURM_PROCID", "SLURM_NTASKS")]
+            pairs = [(contract.INDEXED_JOB_INDEX, contract.INDEXED_JOB_WORKERS),
+                     ("SLURM_PROCID", "SLURM_NTASKS")]
     for rank, size in pairs:
         # Distributed: the rank and size a launcher set, read before any collective
         if environ.get(rank, "").isdigit() and environ.get(size, "").isdigit():
@@ -155,8 +157,8 @@ def describe_ranks(judged: dict, seen: dict, now: float) -> str:
     parts = [f"rank {rank} never arrived" for rank in judged["missing"]]
     for rank in judged["frozen"]:
         beat = seen[rank]
-        parts.append(f"rank {rank} ({beat.get('host')}, pid {beat.get('pid')}) froze at stage {beat['stage']} "
-                     f"(no heartbeat for {now - beat['changed']:.0f} s)")
+        parts.append(f"rank {rank} ({beat.get('host')}, pid {beat.get('pid')}) froze at stage "
+                     f"{beat['stage']} (no heartbeat for {now - beat['changed']:.0f} s)")
     return "; ".join(parts)
 
 
@@ -167,13 +169,15 @@ def summarize(reports: list[dict], *, launcher: str, replicas: int, nodes: int, 
     for report in reports:
         got = report["allreduce"]["got"]
         if any(value != expected for value in got):
-            problems.append(f"rank {report['rank']}: the all-reduce gave {got}, not {expected:g} on every replica")
-    transports = sorted({str(r["nccl"]["transport"]) for r in reports if r["nccl"]["transport"] not in (None, "none")})
+            problems.append(f"rank {report['rank']}: the all-reduce gave {got}, not {expected:g} on every "
+                            "replica")
+    transports = sorted({str(r["nccl"]["transport"]) for r in reports
+                         if r["nccl"]["transport"] not in (None, "none")})
     uses_gpu = any(r["gpus"] for r in reports)
     if nodes > 1 and uses_gpu and "socket" in transports and not allow_socket:
         problems.append("NCCL connects the nodes over sockets (NET/Socket), not InfiniBand/RoCE: check that "
-                        "the container sees /dev/infiniband, NCCL_IB_DISABLE, NCCL_IB_HCA and NCCL_SOCKET_IFNAME "
-                        "(--allow-socket if this cluster has no InfiniBand)")
+                        "the container sees /dev/infiniband, NCCL_IB_DISABLE, NCCL_IB_HCA and "
+                        "NCCL_SOCKET_IFNAME (--allow-socket if this cluster has no InfiniBand)")
     if len(reports) != len({r["rank"] for r in reports}):
         problems.append("two processes reported the same rank")
     return {"ok": not problems, "status": contract.EXIT_DONE if not problems else contract.EXIT_CLUSTER,
@@ -193,8 +197,8 @@ def _table(header, rows) -> list[str]:
 def render_table(result: dict) -> str:
     """The readable report of preflight.json: one line per rank, then the bandwidth per size."""
     verdict = "OK" if result["ok"] else "FAILED"
-    lines = [f"preflight: {result['launcher']}, {result['processes']} process(es), {result['replicas']} replica(s) "
-             f"on {result['nodes']} node(s): {verdict}"]
+    lines = [f"preflight: {result['launcher']}, {result['processes']} process(es), {result['replicas']} "
+             f"replica(s) on {result['nodes']} node(s): {verdict}"]
     header = ("rank", "host", "devices", "TF", "Keras", "Horovod", "CUDA", "NCCL", "transport", "all-reduce")
     rows = []
     for r in result.get("ranks", []):
@@ -371,10 +375,11 @@ class Deadline:
                              "silent_s": round(now - beat["changed"], 1)}
                       for rank, beat in self.heartbeat.watch().items()}
         result = {"ok": False, "status": contract.EXIT_CLUSTER, "launcher": self.launcher,
-                  "processes": self.heartbeat.expected, "failed_rank": self.heartbeat.rank, "failed_stage": stage,
+                  "processes": self.heartbeat.expected, "failed_rank": self.heartbeat.rank,
+                  "failed_stage": stage,
                   "problems": [message], "heartbeats": heartbeats, "elapsed_s": round(now - self.started, 1)}
         try:
-            write_json(os.path.join(self.results_dir, contract.PREFLIGHT_FILE), result)
+            write_json(os.path.join(self.results_dir, PREFLIGHT_FILE), result)
         except OSError:
             pass
         print(f"error: preflight: {message}", file=sys.stderr, flush=True)
@@ -389,15 +394,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--collective", choices=contract.COLLECTIVES, default="auto",
                         help="multiworker all-reduce implementation")
     parser.add_argument("--results-dir", default="results/preflight",
-                        help=f"where {contract.PREFLIGHT_FILE} and the heartbeat files go; shared by every process")
-    parser.add_argument("--deadline", type=at_least(MIN_DEADLINE), default=contract.PREFLIGHT_DEFAULT_DEADLINE,
-                        metavar="SECONDS",
+                        help=f"where {PREFLIGHT_FILE} and the heartbeat files go; shared by every "
+                             "process")
+    parser.add_argument("--deadline", type=at_least(MIN_DEADLINE),
+                        default=PREFLIGHT_DEFAULT_DEADLINE, metavar="SECONDS",
                         help="end (status 4, naming the ranks that never arrived or froze) after this long")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="all-reduce message sizes for the bandwidth")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed all-reduces per size")
     parser.add_argument("--allow-socket", action="store_true",
                         help="do not fail a multi-node GPU job whose NCCL falls back to sockets")
-    parser.add_argument("--run-id", default="", help="keeps this attempt's heartbeats apart from an earlier one's")
+    parser.add_argument("--run-id", default="",
+                        help="keeps this attempt's heartbeats apart from an earlier one's")
     args = parser.parse_args(argv)
     try:
         args.sizes = [parse_size(size) for size in args.sizes.split(",") if size.strip()]
@@ -497,7 +504,8 @@ def _report(tf, launcher, got, bandwidth, nccl_pattern) -> dict:
     return {
         "rank": launcher.worker_index, "host": socket.gethostname(), "pid": os.getpid(),
         "local_replicas": launcher.local_replicas,
-        "devices": list(dict.fromkeys(d.name.rsplit("device:", 1)[-1] for d in tf.config.list_logical_devices()
+        "devices": list(dict.fromkeys(d.name.rsplit("device:", 1)[-1]
+                                      for d in tf.config.list_logical_devices()
                                       if d.device_type in ("CPU", "GPU"))),
         "gpus": [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus],
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -522,10 +530,11 @@ def _check(tf, launcher, args, heartbeat, deadline, nccl_pattern) -> dict:
     bandwidth = _measure(allreduce, args.sizes, args.repeats, launcher.num_replicas)
     heartbeat.set_stage("gathering")
     report = _report(tf, launcher, got, bandwidth, nccl_pattern)
-    vector = launcher.sum_over_processes(np.array(encode_report(report, launcher.worker_index, launcher.num_workers)))
+    encoded = encode_report(report, launcher.worker_index, launcher.num_workers)
+    vector = launcher.sum_over_processes(np.array(encoded))
     reports = decode_reports(vector, launcher.num_workers)
-    result = summarize(reports, launcher=args.launcher, replicas=launcher.num_replicas, nodes=launcher.num_nodes,
-                       allow_socket=args.allow_socket)
+    result = summarize(reports, launcher=args.launcher, replicas=launcher.num_replicas,
+                       nodes=launcher.num_nodes, allow_socket=args.allow_socket)
     result.update(ranks=reports, bandwidth=reports[0]["bandwidth"], deadline=args.deadline,
                   elapsed_s=round(time.monotonic() - deadline.started, 1))
     launcher.barrier()  # nobody leaves while another still waits on a collective
@@ -567,9 +576,9 @@ def main(argv=None) -> int:
     heartbeat.set_stage("done")
     # Distributed: the chief alone writes the report
     if launcher.is_chief:
-        write_json(os.path.join(args.results_dir, contract.PREFLIGHT_FILE), result)
+        write_json(os.path.join(args.results_dir, PREFLIGHT_FILE), result)
         print(render_table(result), end="", flush=True)
-        print(f"wrote {os.path.join(os.path.abspath(args.results_dir), contract.PREFLIGHT_FILE)}", flush=True)
+        print(f"wrote {os.path.join(os.path.abspath(args.results_dir), PREFLIGHT_FILE)}", flush=True)
         if not result["ok"]:
             print(f"error: preflight: {'; '.join(result['problems'])}", file=sys.stderr, flush=True)
     return result["status"]

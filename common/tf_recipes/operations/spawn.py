@@ -1,6 +1,7 @@
 """Start this node's worker processes for MultiWorkerMirroredStrategy, each with its own TF_CONFIG.
 
-    python -m tf_recipes.operations.spawn --nproc 2 -- python recipes/mnist-cnn/train.py --launcher multiworker
+    python -m tf_recipes.operations.spawn --nproc 2 -- \\
+        python recipes/mnist-cnn/train.py --launcher multiworker
 
     # two nodes without a scheduler: the same command on each, with its own --node-index
     python -m tf_recipes.operations.spawn --nproc 8 --gpus-per-worker 1 --hosts node1,node2 --node-index 0 \
@@ -31,13 +32,15 @@ import time
 
 from tf_recipes.cli import non_negative_int, positive_int
 from tf_recipes.cluster import build_tf_config
-from tf_recipes.contract import EXIT_CLUSTER, EXIT_STOPPED, GPUS_PER_PROCESS_ENV, host_name_problem
+from tf_recipes.contract import EXIT_CLUSTER, EXIT_STOPPED, GPUS_PER_PROCESS_ENV
+from tf_recipes.operations import host_name_problem
 from tf_recipes.stopping import STOP_SIGNALS, stopped_marker
 from tf_recipes.user_paths import exit_if
 
 
 def job_status(status: int, results_dir: str, since: float) -> int:
-    """EXIT_STOPPED for a job whose processes stopped on a signal after `since`, else horovodrun's `status`."""
+    """EXIT_STOPPED for a job whose processes stopped on a signal after `since`, else horovodrun's
+    `status`."""
     marker = stopped_marker(results_dir)
     # Horovod: horovodrun and mpirun report a stop of their ranks as a failure
     if status and os.path.exists(marker) and os.path.getmtime(marker) >= since:
@@ -89,7 +92,8 @@ def first_interrupt_waits(processes):
 
 
 def stopped_with_parent():
-    """A `preexec_fn` for subprocess.Popen: the child gets SIGTERM when the thread that starts it ends (Linux)."""
+    """A `preexec_fn` for subprocess.Popen: the child gets SIGTERM when the thread that starts it ends
+    (Linux)."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
@@ -119,7 +123,8 @@ def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,
         if gpus_per_worker:
             first = local * gpus_per_worker
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(first, first + gpus_per_worker))
-            env[GPUS_PER_PROCESS_ENV] = str(gpus_per_worker)  # what the worker checks TensorFlow's GPUs against
+            # what the worker checks TensorFlow's GPUs against
+            env[GPUS_PER_PROCESS_ENV] = str(gpus_per_worker)
         environments.append(env)
     return environments
 
@@ -168,7 +173,8 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus-per-worker", type=non_negative_int, default=0,
                         help="give worker i GPUs i*K .. i*K+K-1 (0: leave CUDA_VISIBLE_DEVICES alone)")
     parser.add_argument("--hosts", default="localhost", help="comma-separated hosts of the job, in order")
-    parser.add_argument("--node-index", type=non_negative_int, default=0, help="this host's position in --hosts")
+    parser.add_argument("--node-index", type=non_negative_int, default=0,
+                        help="this host's position in --hosts")
     parser.add_argument("--port-base", type=int, default=None,
                         help="first worker port on every host (required with more than one host)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the worker command")
@@ -220,7 +226,8 @@ def main(argv=None) -> int:
             except subprocess.TimeoutExpired:
                 worker.kill()
     if code == EXIT_STOPPED:
-        print(f"spawn: the workers stopped on a signal (status {code}); continue with --resume", file=sys.stderr)
+        print(f"spawn: the workers stopped on a signal (status {code}); continue with "
+              "--resume", file=sys.stderr)
     elif code:
         print(f"spawn: a worker exited with status {code}; stopped the others", file=sys.stderr)
     return code
