@@ -1,7 +1,13 @@
 """Checkpoints and --resume: a run stopped at step 10 and resumed to step 20 ends with the same
 weights, bit for bit, as a run that went to step 20 in one go (same data order, restored optimizer
-state and dropout random state). Dropout is on, as in the default model."""
+state and dropout random state). Dropout is on, as in the default model.
+
+The runs every test starts from are made once (module fixtures): the 20-step run, a 10-step run and a
+finished 6-step run. A test that resumes, damages or may touch one works on a copy of its folder
+(copy_of: the files, their times included, as the run left them), so that each test still starts from a
+run nobody else has touched."""
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -15,23 +21,45 @@ pytestmark = pytest.mark.slow
 ARGS = ["recipes/mnist-cnn/train.py", "--synthetic", "--batch-size", "32", "--checkpoint-every", "5"]
 
 
-def test_resume_continues_the_same_run(tmp_path):
-    whole, parts = tmp_path / "whole", tmp_path / "parts"
-    assert_ok(run_python(*ARGS, "--max-steps", "20", "--results-dir", str(whole)))
-    assert_ok(run_python(*ARGS, "--max-steps", "10", "--results-dir", str(parts)))
-    resumed = run_python(*ARGS, "--max-steps", "20", "--results-dir", str(parts), "--resume")
-    assert_ok(resumed)
-    assert "resumed from" in resumed.stdout and "at step 10" in resumed.stdout
-    expected, got = load_weights(whole), load_weights(parts)
-    for name in expected:
-        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+def finished_run(tmp_path_factory, steps):
+    folder = tmp_path_factory.mktemp(f"{steps}-steps")
+    assert_ok(run_python(*ARGS, "--max-steps", str(steps), "--results-dir", str(folder)))
+    return folder
 
 
 @pytest.fixture(scope="module")
 def whole_run(tmp_path_factory):
-    whole = tmp_path_factory.mktemp("whole")
-    assert_ok(run_python(*ARGS, "--max-steps", "20", "--results-dir", str(whole)))
-    return whole
+    """The uninterrupted run: 20 steps in one go."""
+    return finished_run(tmp_path_factory, 20)
+
+
+@pytest.fixture(scope="module")
+def ten_steps(tmp_path_factory):
+    """A run limited to 10 steps, checkpointed at 5 and 10: the first part of the 20-step run."""
+    return finished_run(tmp_path_factory, 10)
+
+
+@pytest.fixture(scope="module")
+def six_steps(tmp_path_factory):
+    """A finished run of 6 steps."""
+    return finished_run(tmp_path_factory, 6)
+
+
+def copy_of(run, tmp_path):
+    """A copy of a run's results folder, for this test alone."""
+    copy = tmp_path / "parts"
+    shutil.copytree(run, copy)
+    return copy
+
+
+def test_resume_continues_the_same_run(whole_run, ten_steps, tmp_path):
+    parts = copy_of(ten_steps, tmp_path)
+    resumed = run_python(*ARGS, "--max-steps", "20", "--results-dir", str(parts), "--resume")
+    assert_ok(resumed)
+    assert "resumed from" in resumed.stdout and "at step 10" in resumed.stdout
+    expected, got = load_weights(whole_run), load_weights(parts)
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
 
 
 def tear(path, keep):
@@ -40,12 +68,12 @@ def tear(path, keep):
 
 
 @pytest.mark.parametrize("damage", ["torn state", "empty state", "torn state and newest checkpoint"])
-def test_a_damaged_state_file_resumes_from_the_newest_listed_checkpoint_that_restores(whole_run, tmp_path, damage):
+def test_a_damaged_state_file_resumes_from_the_newest_listed_checkpoint_that_restores(whole_run, ten_steps, tmp_path,
+                                                                                     damage):
     """checkpoints/checkpoint cut mid-line or emptied (a kill while TensorFlow rewrote it, a full disk) is not
     "no checkpoint": --resume lists the folder and continues from the newest checkpoint that restores, and ends
     where the uninterrupted run ends; without --resume the folder is still refused."""
-    parts = tmp_path / "parts"
-    assert_ok(run_python(*ARGS, "--max-steps", "10", "--results-dir", str(parts)))
+    parts = copy_of(ten_steps, tmp_path)
     folder = parts / "checkpoints"
     tear(folder / "checkpoint", (lambda n: n // 2) if damage != "empty state" else (lambda n: 0))
     if damage == "torn state and newest checkpoint":
@@ -123,12 +151,14 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_a_killed_run_holds_it_
     assert "resumed from" in resumed.stdout
 
 
-def test_existing_checkpoints_are_not_overwritten_without_resume(tmp_path):
-    assert_ok(run_python(*ARGS, "--max-steps", "5", "--results-dir", str(tmp_path)))
-    again = run_python(*ARGS, "--max-steps", "5", "--results-dir", str(tmp_path))
+def test_existing_checkpoints_are_not_overwritten_without_resume(six_steps, tmp_path):
+    run = copy_of(six_steps, tmp_path)
+    before = folder_bytes(run)
+    again = run_python(*ARGS, "--max-steps", "6", "--results-dir", str(run))
     assert again.returncode == 2
     assert "already holds checkpoints" in again.stderr and "--resume" in again.stderr
     assert "Traceback" not in again.stderr
+    assert folder_bytes(run) == before
 
 
 def folder_bytes(folder) -> dict:
@@ -151,26 +181,26 @@ def assert_finished_resume(process, results_dir):
     assert not any(line.startswith(("step ", "results:", "resumed from")) for line in ours), ours
 
 
-def test_resume_of_a_finished_run_touches_nothing(tmp_path):
+def test_resume_of_a_finished_run_touches_nothing(six_steps, tmp_path):
     """A recreated pod or requeued SLURM job passes --resume again after success: it must end with 0
     and leave the real results alone (it used to rewrite results.json with an empty loss curve)."""
-    assert_ok(run_python(*ARGS, "--max-steps", "6", "--results-dir", str(tmp_path)))
-    before = folder_bytes(tmp_path)
-    again = run_python(*ARGS, "--max-steps", "6", "--results-dir", str(tmp_path), "--resume")
-    assert_finished_resume(again, tmp_path)
-    assert folder_bytes(tmp_path) == before
+    run = copy_of(six_steps, tmp_path)
+    before = folder_bytes(run)
+    again = run_python(*ARGS, "--max-steps", "6", "--results-dir", str(run), "--resume")
+    assert_finished_resume(again, run)
+    assert folder_bytes(run) == before
 
 
-def test_resume_with_fewer_steps_than_the_checkpoint_is_refused(tmp_path):
-    assert_ok(run_python(*ARGS, "--max-steps", "6", "--results-dir", str(tmp_path)))
-    before = folder_bytes(tmp_path)
-    fewer = run_python(*ARGS, "--max-steps", "3", "--results-dir", str(tmp_path), "--resume")
+def test_resume_with_fewer_steps_than_the_checkpoint_is_refused(six_steps, tmp_path):
+    run = copy_of(six_steps, tmp_path)
+    before = folder_bytes(run)
+    fewer = run_python(*ARGS, "--max-steps", "3", "--results-dir", str(run), "--resume")
     assert fewer.returncode == 2, fewer.stderr[-4000:]
     assert "Traceback" not in fewer.stderr
     ours = [line for line in without_tf_log(fewer.stderr).splitlines() if line.strip()]
     assert len(ours) == 1 and ours[0].startswith("error: "), ours
     assert "step 6" in ours[0] and "step 3" in ours[0] and "--max-steps 6" in ours[0], ours[0]
-    assert folder_bytes(tmp_path) == before
+    assert folder_bytes(run) == before
 
 
 def test_multiworker_resume_of_a_finished_run_ends_on_every_process(tmp_path):
