@@ -7,6 +7,7 @@ that was never stopped. The model is the default one: dropout on.
 """
 import os
 import re
+import shutil
 import signal
 
 import pytest
@@ -128,8 +129,22 @@ def test_a_terminal_s_ctrl_c_stops_like_sigterm_and_resumes_exactly(launcher, tm
     assert read_results(tmp_path)["replica_fingerprints"] == uninterrupted(launcher)
 
 
-def test_a_resume_that_cannot_be_exact_is_refused(tmp_path):
-    assert_ok(run_invoke(*invoke_args("single", tmp_path, "--max-steps", "5")))
+@pytest.fixture(scope="module")
+def five_steps(tmp_path_factory):
+    """A finished 5-step single-device run, made once: each test below refuses to resume a copy of it."""
+    results = tmp_path_factory.mktemp("five-steps")
+    assert_ok(run_invoke(*invoke_args("single", results, "--max-steps", "5")))
+    return results
+
+
+def copy_of(run, tmp_path):
+    """A copy of a run's results folder (the files and their times), for this test alone."""
+    shutil.copytree(run, tmp_path, dirs_exist_ok=True)
+    return tmp_path
+
+
+def test_a_resume_that_cannot_be_exact_is_refused(five_steps, tmp_path):
+    copy_of(five_steps, tmp_path)
     for change, named in (("--batch-size=16", "global_batch 32 -> 16"), ("--seed=7", "seed 42 -> 7")):
         refused = run_invoke(*invoke_args("single", tmp_path, "--resume", "--max-steps", "10", change))
         assert refused.returncode == 2, refused.stderr
@@ -138,8 +153,8 @@ def test_a_resume_that_cannot_be_exact_is_refused(tmp_path):
         assert not (tmp_path / "results.json").exists() or read_results(tmp_path)["steps"] == 5
 
 
-def test_a_corrupt_checkpoint_is_named(tmp_path):
-    assert_ok(run_invoke(*invoke_args("single", tmp_path, "--max-steps", "5")))
+def test_a_corrupt_checkpoint_is_named(five_steps, tmp_path):
+    copy_of(five_steps, tmp_path)
     data = next((tmp_path / "checkpoints").glob("ckpt-5.data-*"))
     data.write_bytes(data.read_bytes()[:100])
     refused = run_invoke(*invoke_args("single", tmp_path, "--resume", "--max-steps", "10"))
