@@ -149,3 +149,21 @@ def test_a_tf_config_that_cannot_work_is_named_before_anything_waits_on_it():
             check_tf_config(json.dumps(config))
     with pytest.raises(UserError, match="not valid JSON"):
         check_tf_config("{worker")
+
+
+def test_a_job_whose_chief_wrote_its_stop_marker_stopped_whatever_its_launcher_reports(tmp_path):
+    """horovodrun reports its ranks' stop as a failure, or as success when Ctrl-C reached it too: the stop
+    marker written during the job says what happened; one from an earlier job does not."""
+    import json
+    import os
+    import time
+
+    from tf_recipes.contract import EXIT_STOPPED
+    from tf_recipes.operations.spawn import job_status
+
+    started = time.time()
+    assert [job_status(status, str(tmp_path), started) for status in (0, 1, 4)] == [0, 1, 4]
+    (tmp_path / "stopped.json").write_text(json.dumps({"step": 12, "total_steps": 60, "signal": "SIGTERM"}))
+    assert [job_status(status, str(tmp_path), started) for status in (0, 1, 143)] == [EXIT_STOPPED] * 3
+    os.utime(tmp_path / "stopped.json", (started - 60, started - 60))  # an earlier job's marker
+    assert [job_status(status, str(tmp_path), started) for status in (0, 1)] == [0, 1]

@@ -39,11 +39,12 @@ from tf_recipes.user_paths import exit_if
 
 
 def job_status(status: int, results_dir: str, since: float) -> int:
-    """EXIT_STOPPED for a job whose processes stopped on a signal after `since`, else horovodrun's
-    `status`."""
+    """EXIT_STOPPED for a job whose processes stopped on a signal after `since` (the chief's stop marker is
+    that new: nothing removes it but a resume), else the launching program's `status`."""
     marker = stopped_marker(results_dir)
-    # Horovod: horovodrun and mpirun report a stop of their ranks as a failure
-    if status and os.path.exists(marker) and os.path.getmtime(marker) >= since:
+    # Horovod: horovodrun and mpirun report a stop of their ranks as a failure (1), and horovodrun, when a
+    # terminal's Ctrl-C reached it too, sometimes as success (0): neither is what happened
+    if os.path.exists(marker) and os.path.getmtime(marker) >= since:
         return EXIT_STOPPED
     return status
 
