@@ -53,8 +53,9 @@ def test_shapes_dtypes_ranges_and_exact_count(data_dir):
     for image, categories in out:
         assert image.shape == (2, 16, 32, 3) and image.dtype == np.float32
         assert categories.shape == (2, 16, 32) and categories.dtype == np.int32
-        assert 0.0 <= image.min() and image.max() <= 1.0
+        assert 0.0 <= image.min() and image.max() <= 255.0
         assert ((categories >= 0) & (categories < 19) | (categories == labels.IGNORE)).all()
+    assert max(image.max() for image, _ in out) > 1.0  # raw pixels: the model scales them, not the pipeline
 
 
 def test_two_early_pipelines_split_each_global_batch_of_one_pipeline(data_dir, example_of):
@@ -113,7 +114,7 @@ def test_same_seed_same_batches_other_seed_other_batches(data_dir):
 
 def test_image_and_categories_stay_aligned_through_scale_crop_and_flip(data_dir):
     # The fixture colours pixels by label, so a misaligned label map disagrees with the colours.
-    colours = make_fixture.LABEL_COLOURS[data.view(data_dir)["label_ids"]].astype(np.float32) / 255.0
+    colours = make_fixture.LABEL_COLOURS[data.view(data_dir)["label_ids"]].astype(np.float32)
     flips = set()
     for images, categories in batches(data_dir, InputShard(1, 0, 2, 2), total_steps=8,
                                       crop=(24, 48), scale=(0.6, 1.6)):
