@@ -6,6 +6,7 @@ limit) stops both tasks after the same step with a checkpoint and status 143; th
 job, which keeps its id and results folder, resumes from the checkpoint on both nodes and ends with the
 fingerprints of the same job never stopped.
 """
+import pathlib
 import re
 import subprocess
 import time
@@ -36,6 +37,15 @@ def submit(two_nodes, tmp_path):
         job.remove_files()
 
 
+def controller_log(job: Job) -> str:
+    """slurmctld's lines about the job: why SLURM requeued or ended it."""
+    try:
+        lines = pathlib.Path("/var/log/slurm/slurmctld.log").read_text(errors="replace").splitlines()
+    except OSError as error:
+        return f"\n(no slurmctld log: {error})"
+    return "\n--- slurmctld ---\n" + "\n".join(line for line in lines if f"JobId={job.id} " in line + " ")
+
+
 def wait_for_log(job: Job, pattern: str, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while not re.search(pattern, job.log(), re.M):
@@ -53,14 +63,16 @@ def test_a_signalled_job_requeues_itself_and_resumes_exactly(submit):
     job.wait()
     log = job.log()
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.describe()
-    assert int(job.fields["Restarts"]) == 1, job.describe()
 
-    # Both tasks (one per node) stopped after the same step; the script requeued the job; the second
-    # run resumed there, again on both nodes.
-    steps = {task: int(step) for task, step in re.findall(r"^([01]): stopped at step (\d+) of", log, re.M)}
-    assert sorted(steps) == ["0", "1"] and len(set(steps.values())) == 1, job.describe()
-    step = steps["0"]
-    assert f"requeueing job {job.id}" in log, job.describe()
+    # Both tasks (one per node) stopped after the same step, once; the script requeued the job once; the
+    # next run resumed there, again on both nodes. (SLURM itself may requeue a job whose launch failed on
+    # a loaded machine: Restarts counts those too, the log says which were the script's.)
+    stops = re.findall(r"^([01]): stopped at step (\d+) of", log, re.M)
+    assert sorted(task for task, _ in stops) == ["0", "1"] and len({step for _, step in stops}) == 1, \
+        job.describe() + controller_log(job)
+    step = int(stops[0][1])
+    assert log.count(f"requeueing job {job.id}") == 1, job.describe() + controller_log(job)
+    assert int(job.fields["Restarts"]) >= 1, job.describe() + controller_log(job)
     assert re.search(rf"^0: resumed from \S+ckpt-{step} at step {step}$", log, re.M), job.describe()
     results = read_results(job.results)
     assert (results["nodes"], results["workers"], results["start_step"], results["steps"]) == (2, 2, step, 80), results
