@@ -32,8 +32,8 @@
 # exists, the unit and recipes tiers run beside the rest of the set-up (the engine, Horovod's
 # compile, the SLURM cluster, Apptainer), and the container tests' images build in the background
 # (ci/prepare-images.sh, with the Horovod wheel compiled here) until the integration tests need
-# them. Every run ends with one line of its time: wall clock, set-up, tests, and the CPU time of what
-# it waited for (also appended to $GITHUB_STEP_SUMMARY when that is set), so that growth shows on
+# them. Every run ends with one line of its time: wall clock, set-up, tests, the CPU time of what
+# it waited for and the machine's speed (its reference loop) (also appended to $GITHUB_STEP_SUMMARY when that is set), so that growth shows on
 # every CI run and every night; then ci/reaper.py's line with the CPU time of everything the run
 # started, daemons included.
 set -euo pipefail
@@ -77,6 +77,15 @@ only_output_options() {
 }
 started=$SECONDS
 mkdir -p build/ci
+# The machine's speed, so that the times of runs on different machines compare: the seconds one core
+# takes for a fixed Python loop (10^7 additions), before anything else of the run starts. Machines of
+# the same nominal size have differed by a factor of three.
+reference=$(python3 -c 'import time
+started = time.perf_counter()
+total = 0
+for i in range(10 ** 7):
+    total += i
+print(f"{time.perf_counter() - started:.2f}")')
 
 if [ "$gpu_images" = 1 ]; then
     venv=.venv
@@ -153,7 +162,8 @@ read -r busy1 idle1 < <(machine_cpu)
 cores() { awk -v c="$1" -v w="$2" 'BEGIN { printf "%.2f", (w > 0 ? c / w : 0) }'; }
 line="ci/test.sh $*: $wall s (set-up $setup s, tests $((wall - setup)) s), exit $status;"
 line+=" user+system of its processes $cpu s ($(cores "$cpu" "$wall") cores);"
-line+=" the machine's $(nproc) cores $(cores "$(( (busy1 - busy0) * $(nproc) ))" "$(( busy1 - busy0 + idle1 - idle0 ))") busy"
+line+=" the machine's $(nproc) cores $(cores "$(( (busy1 - busy0) * $(nproc) ))" "$(( busy1 - busy0 + idle1 - idle0 ))") busy;"
+line+=" its reference loop $reference s"
 if [ "$fast" = 0 ] && [ "$gpu_images" = 0 ] && [ "$stack" = ngc-25.02 ] && [ "$wall" -gt "$BUDGET" ]; then
     line+="; over the suite's budget of $BUDGET s"
 fi
