@@ -4,7 +4,8 @@
   and run the test suite (`bash ci/test.sh --fast` for the unit tier, `bash ci/test.sh` for all, on two
   pytest workers); `prepare-images.sh`: the images the container tests use, built in the background
   while the first tests run; `reaper.py`: what `test.sh` runs under, so that the daemons a run starts
-  stop when it ends and their CPU time is counted.
+  stop when it ends and their CPU time is counted; `durations.py`: each test module's time, which
+  `test.sh` prints at its end.
 - `debian-rootfs.sh`: a fresh Debian root file system (bookworm or trixie) in which the README's quick
   start is run as a newcomer runs it (tests/integration/test_quickstart_debian.py); sid for `apptainer.sh`.
 - `apptainer.sh`: an `apptainer` command on machines without one (on Debian 12: Debian unstable's, in a

@@ -32,10 +32,11 @@
 # exists, the unit and recipes tiers run beside the rest of the set-up (the engine, Horovod's
 # compile, the SLURM cluster, Apptainer), and the container tests' images build in the background
 # (ci/prepare-images.sh, with the Horovod wheel compiled here) until the integration tests need
-# them. Every run ends with one line of its time: wall clock, set-up, tests, the CPU time of what
-# it waited for and the machine's speed (its reference loop) (also appended to $GITHUB_STEP_SUMMARY when that is set), so that growth shows on
-# every CI run and every night; then ci/reaper.py's line with the CPU time of everything the run
-# started, daemons included.
+# them. Every run ends with each test module's time, the slowest first (ci/durations.py), and one
+# line of its time: wall clock, set-up, tests, the CPU time of what it waited for and the machine's
+# speed (its reference loop), also appended to $GITHUB_STEP_SUMMARY when that is set, so that growth
+# shows on every CI run and every night; then ci/reaper.py's line with the CPU time of everything
+# the run started, daemons included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,6 +78,7 @@ only_output_options() {
 }
 started=$SECONDS
 mkdir -p build/ci
+rm -f build/ci/*.xml  # pytest's JUnit files of this run only (ci/durations.py sums them at the end)
 # The machine's speed, so that the times of runs on different machines compare: the seconds one core
 # takes for a fixed Python loop (10^7 additions), before anything else of the run starts. Machines of
 # the same nominal size have differed by a factor of three.
@@ -111,8 +113,8 @@ else
         # The unit and recipes tiers need no Horovod, Docker engine or SLURM,
         # so they run now, beside the rest of the set-up, which often waits on downloads; the
         # integration tier runs once the set-up is done and they have ended.
-        setsid "$venv/bin/python" -m pytest "${parallel[@]}" tests/recipes tests/unit "$@" \
-            >build/ci/unit-and-recipes.log 2>&1 &
+        setsid "$venv/bin/python" -m pytest "${parallel[@]}" --junitxml=build/ci/unit-and-recipes.xml \
+            tests/recipes tests/unit "$@" >build/ci/unit-and-recipes.log 2>&1 &
         unit=$!
         echo "[test] running the unit and recipes tiers beside the set-up (log: build/ci/unit-and-recipes.log," \
              "shown when they end)" >&2
@@ -145,11 +147,14 @@ if [ -n "${unit:-}" ]; then
          "the start):" >&2
     cat build/ci/unit-and-recipes.log
 fi
-"$venv/bin/python" -m pytest "${parallel[@]}" "${paths[@]}" "$@" || status=$?
+"$venv/bin/python" -m pytest "${parallel[@]}" --junitxml=build/ci/tests.xml "${paths[@]}" "$@" || status=$?
 if [ -n "${prepare:-}" ]; then
     kill -- -"$prepare" 2>/dev/null || true
     wait "$prepare" 2>/dev/null || true
 fi
+
+# Each test module's time, the slowest first: where the run's time went (ci/durations.py).
+python3 ci/durations.py build/ci/*.xml >&2 || true
 
 # Two CPU figures. What this script waited for, as /usr/bin/time counts it (`times`, run here, not in a
 # subshell): not dockerd's children, so not what runs in a docker build or a container. And the whole
