@@ -7,16 +7,22 @@ model as a single device: same seed, same global batch, same data order.
 The acceptance runs are the command as a user types it, export included (the chief's is checked under
 the two-process launchers). The other runs only compare losses and weights, so they pass --no-export.
 """
+import json
 import os
+import re
 
 import h5py
 import numpy as np
 import pytest
 
-from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke, stack_launchers
+from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke, run_python, stack_launchers
 
 pytestmark = pytest.mark.slow
 MULTI = stack_launchers("mirrored", "multiworker", "horovod")  # the installed stack's
+# TensorFlow's C++ log lines at ERROR level: "2026-... : E path/file.cc:N] ..." or "E0000 ... file.cc:N] ...",
+# which horovodrun prefixes with [RANK]<stderr>:
+ERROR_LINE = re.compile(r"^(?:\[\d+\]<stderr>:)?(?:\d{4}-\d\d-\d\d [\d:.]+: E |E\d{4} )")
+CLUSTER_WORDS = re.compile(r"coordination|collective|ring_alg|heartbeat|PREEMPTION|grpc|RecvBuf|gloo|horovod", re.I)
 
 
 def invoke_local(tmp_path, launcher, replicas, *train_args):
@@ -165,3 +171,44 @@ def test_the_chief_exports_a_savedmodel_that_serves_the_trained_model(acceptance
     assert process.stdout.count("export: ") == 1  # the chief only, once per job
     check_export(results_dir, tmp_path, recipe="mnist-cnn", build_args=(), size=(28, 28), channels=1,
                  classes=[str(d) for d in range(10)])
+
+
+# -- a clean end, and one evaluation of every example ----------------------------------------------------
+# The two-process jobs share the evaluation: each process evaluates its part of the test set and the
+# sums are all-reduced. It must count every example once, and give what one process gives over the whole
+# test set from the same final weights; and a job that went well prints no ERROR line from TensorFlow's
+# coordination service or collectives (tests/integration/test_cluster_failures.py: the jobs that go wrong).
+
+EVALUATE_ALONE = """
+import json, sys
+sys.path[:0] = [".", "tests"]
+from tf_recipes import training
+from tf_recipes.config import RunConfig
+from tf_recipes.launchers import create_launcher
+from helpers import recipe_module
+train = recipe_module("mnist-cnn", "train")
+data = recipe_module("mnist-cnn", "data")
+launcher = create_launcher("single")
+x_train, _, x_test, y_test = data.synthetic_mnist(42)
+model = train.build_model()
+model.load_weights(sys.argv[1])
+trainer = training.Trainer(launcher, "mnist-cnn", RunConfig(batch_size=32, results_dir=sys.argv[2]),
+                           num_examples=len(x_train))
+trainer.model = model
+print(json.dumps(trainer.evaluate(data.make_eval_dataset(x_test, y_test), train.TASK)))
+"""
+
+
+@pytest.mark.parametrize("launcher", stack_launchers("multiworker", "horovod"))
+def test_a_two_process_job_ends_clean_and_evaluates_every_example_once(acceptance_runs, launcher, tmp_path):
+    process, results_dir = acceptance_runs[launcher]
+    assert_ok(process)
+    noisy = [line for line in process.stderr.splitlines() if ERROR_LINE.match(line) and CLUSTER_WORDS.search(line)]
+    assert not noisy, "\n".join(noisy)
+    shared = read_results(results_dir)["final_metrics"]["test"]
+    evaluated = run_python("-c", EVALUATE_ALONE, str(results_dir / "final.weights.h5"), str(tmp_path / "alone"))
+    assert_ok(evaluated)
+    alone = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert shared["examples"] == alone["examples"] == 2000
+    assert shared["accuracy"] == alone["accuracy"]
+    assert shared["loss"] == pytest.approx(alone["loss"], rel=1e-6)

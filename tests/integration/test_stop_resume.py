@@ -4,6 +4,11 @@ SIGTERM or SIGUSR1 sent to *one non-chief* training process mid-run must stop ev
 job after the same step, leave a checkpoint of that step, and end with status 143 (the documented
 "stopped, retry with --resume"). `--resume` then finishes with fingerprints equal to those of a run
 that was never stopped. The model is the default one: dropout on.
+
+The run nobody stopped is made once per replica count: single's for single, mirrored's for the three
+launchers with 2 replicas, which train the same model bit for bit, dropout included (their replicas run
+the same per-replica arithmetic; tests/integration/test_precision.py holds them to one fingerprint). A
+resumed multiworker or horovod job must so end where the mirrored job nobody stopped ends.
 """
 import os
 import re
@@ -37,15 +42,17 @@ def invoke_args(launcher, results_dir, *train_args):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """Fingerprints of a run of STEPS steps that nobody stopped, per launcher (made on first use)."""
+    """Fingerprints of a run of STEPS steps that nobody stopped, per replica count (made on first use):
+    single's, or mirrored's for every launcher with 2 replicas."""
     cache = {}
 
     def fingerprints(launcher):
-        if launcher not in cache:
-            results = tmp_path_factory.mktemp(f"whole-{launcher}")
-            assert_ok(run_invoke(*invoke_args(launcher, results)))
-            cache[launcher] = read_results(results)["replica_fingerprints"]
-        return cache[launcher]
+        reference = "single" if REPLICAS[launcher] == 1 else "mirrored"
+        if reference not in cache:
+            results = tmp_path_factory.mktemp(f"whole-{reference}")
+            assert_ok(run_invoke(*invoke_args(reference, results)))
+            cache[reference] = read_results(results)["replica_fingerprints"]
+        return cache[reference]
 
     return fingerprints
 
