@@ -193,26 +193,19 @@ def publish(results_dir, write) -> str:
 def export_model(launcher, results_dir, model, spec: ExportSpec, recipe: str) -> str | None:
     """On every process: the chief exports `model`'s weights in `spec.build()`'s copy (outside any
     strategy)."""
-    refusal = None
     # Distributed: the chief's RESULTS/export decides, and every process learns of a refusal
-    if launcher.is_chief:
-        try:
-            next_version(results_dir)
-        except ExportError as error:
-            refusal = error
-    if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
-        raise refusal or ExportError(f"the chief refused to write the export into {results_dir} (its error "
-                                     "line says why)")
+    launcher.chief_decides(lambda: next_version(results_dir), ExportError(
+        f"the chief refused to write the export into {results_dir} (its error line says why)"))
     final = None
     if launcher.is_chief:  # Distributed: only the chief writes the export
         plain = spec.build()
         plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
         # A full or read-only disk: one line; publish leaves nothing half-written and the versions before
         # intact
-        with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights), "the "
-                                                                                                 "export"):
+        with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights),
+                                   "the export"):
             final = publish(results_dir, lambda folder: write_export(folder, plain, spec, recipe))
-        print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded "
-              "images)", flush=True)
+        print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded images)",
+              flush=True)
     launcher.barrier()
     return final

@@ -225,12 +225,8 @@ def versions() -> dict:
 def machine() -> dict:
     """What ran it: the CPU's model, its cores, the GPUs TensorFlow sees, the load average at the end."""
     cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
-                       cpu)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
+        cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"cpu": cpu, "cores": os.cpu_count(), "gpus": len(tf.config.list_physical_devices("GPU")),
             "load_average": load and [round(value, 2) for value in load]}

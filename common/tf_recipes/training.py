@@ -124,27 +124,17 @@ def loop_end(step: int, total_steps: int, steps_per_loop: int, every: tuple[int,
              boundaries: tuple[int, ...] = ()) -> int:
     """The last step of the compiled call after `step`: at most `steps_per_loop` on, never past a multiple of
     any of `every` (--log-every, the checkpoints), a step of `boundaries` ahead (--profile) or the last."""
-    end = min(step + steps_per_loop, total_steps)
-    for interval in every:
-        end = min(end, (step // interval + 1) * interval)
-    for boundary in boundaries:
-        if step < boundary:
-            end = min(end, boundary)
-    return end
+    ahead = [(step // interval + 1) * interval for interval in every] + [b for b in boundaries if step < b]
+    return min(step + steps_per_loop, total_steps, *ahead)
 
 
 def summed_over_processes(launcher: Launcher, totals: dict) -> dict:
     """{name: float64 array} summed over every process, in one collective."""
     keys = sorted(totals)
-    shapes = [np.shape(totals[key]) for key in keys]
-    flat = np.concatenate([np.ravel(totals[key]) for key in keys]) if keys else np.zeros([0])
+    flat = np.concatenate([np.ravel(totals[key]) for key in keys] or [np.zeros([0])])
     flat = launcher.sum_over_processes(flat)  # Distributed: evaluation sums added over processes
-    summed, offset = {}, 0
-    for key, shape in zip(keys, shapes, strict=True):
-        size = int(np.prod(shape))
-        summed[key] = flat[offset:offset + size].reshape(shape)
-        offset += size
-    return summed
+    parts = np.split(flat, np.cumsum([np.size(totals[key]) for key in keys[:-1]], dtype=int))
+    return {key: part.reshape(np.shape(totals[key])) for key, part in zip(keys, parts, strict=False)}
 
 
 releasing: list[threading.Thread] = []  # iterators still being dropped; the process's exit waits a while
@@ -172,9 +162,8 @@ class Trainer:
         self.global_batch = config.batch_size * launcher.num_replicas  # Distributed: the global batch
         self.steps_per_epoch = steps_per_epoch(num_examples, self.global_batch)
         # A learning-rate schedule spans the epochs: --max-steps and --target only end the run sooner
-        self.planned_steps = self.total_steps = config.epochs * self.steps_per_epoch
-        if config.max_steps:
-            self.total_steps = min(self.total_steps, config.max_steps)
+        self.planned_steps = config.epochs * self.steps_per_epoch
+        self.total_steps = min(self.planned_steps, config.max_steps or self.planned_steps)
         self.start_step = 0
         # The step training has reached; a Trainer that only evaluates (no setup) evaluates at step 0
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -195,15 +184,9 @@ class Trainer:
         self._checkpointed = None  # the step of the last checkpoint
         # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it reads;
         # every process learns of a refusal, so that none waits for a chief that left
-        self._results_lock, refusal = None, None
-        if launcher.is_chief:
-            try:
-                self._results_lock = hold_results_dir(self.results_dir)
-            except UserError as error:
-                refusal = error
-        if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
-            raise refusal or UserError(f"{self.results_dir} is in use by another run (the chief's error line "
-                                       "says which); wait for it to end, or choose another --results-dir")
+        self._results_lock = launcher.chief_decides(lambda: hold_results_dir(self.results_dir), UserError(
+            f"{self.results_dir} is in use by another run (the chief's error line says which); wait for it to"
+            " end, or choose another --results-dir"))
         self.checkpoints.check_resume_target(config.target)
         if self.exports:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
@@ -237,10 +220,9 @@ class Trainer:
         self.model, self.optimizer = model, optimizer
         self.checkpoints.track(model, optimizer, self.step)
         self.start_step = self.checkpoints.restore()
-        if self.start_step:  # the curve goes on from the restored step, and so does the time to target
-            lost = self.curve.restore(self.start_step)
-            if lost:
-                log(self.launcher, lost)
+        # the curve goes on from the restored step, and so does the time to target
+        if self.start_step and (lost := self.curve.restore(self.start_step)):
+            log(self.launcher, lost)
         self.launcher.prepare(model, optimizer)  # Distributed: every replica starts from one state
 
     def _build_train_step(self, task: Task):
@@ -418,12 +400,10 @@ class Trainer:
     def _eval_point(self, step: int) -> bool:
         """Evaluate the held-out set at `step` (a point of the curve); True when it reaches the target."""
         self._measure(self.evaluation(), self.task, self._explain_eval_error)
-        reached = self.target_reached()
-        if reached is None:
-            return False
-        log(self.launcher, f"target {self.config.target} reached at step {step}, {reached['seconds']:.1f} s "
-                           "after the start; training ends here")
-        return True
+        if reached := self.target_reached():
+            log(self.launcher, f"target {self.config.target} reached at step {step}, {reached['seconds']:.1f}"
+                               " s after the start; training ends here")
+        return bool(reached)
 
     def evaluate(self, dataset=None, task: Task | None = None,
                  explain_input_error: Callable[[], str | None] | None = None) -> dict:
