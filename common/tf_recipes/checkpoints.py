@@ -251,10 +251,10 @@ class Checkpoints:
         # Distributed: only the chief keeps checkpoints
         if not launcher.is_chief and launcher.traits["collective"] != "strategy":
             return
-        directory = self.folder
-        if not launcher.is_chief:  # Strategy: a worker's throwaway checkpoint, in TensorFlow's in-memory file
-            # system: nothing on disk, so a worker killed while it saves leaves nothing behind
-            directory = f"ram://tf-recipes-worker{launcher.worker_index}-{os.getpid()}-ckpt"
+        # Strategy: a worker's throwaway checkpoint, in TensorFlow's in-memory file
+        # system: nothing on disk, so a worker killed while it saves leaves nothing behind
+        directory = self.folder if launcher.is_chief else (
+            f"ram://tf-recipes-worker{launcher.worker_index}-{os.getpid()}-ckpt")
         manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=KEEP)
         needed = nbytes(self.checkpoint.model.variables) + nbytes(self.checkpoint.optimizer.variables)
         with disk_full_is_one_line(directory, needed, "a checkpoint"):

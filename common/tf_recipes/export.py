@@ -81,8 +81,7 @@ class ExportSpec:
             and f"palette has {len(self.palette or ())} colours for {len(self.class_names or ())} classes",
             self.output_size is not None and not sizes(self.output_size)
             and f"output_size {self.output_size!r} is not (height, width) in pixels"]
-        problem = next((p for p in problems if p), None)
-        if problem:
+        if problem := next((p for p in problems if p), None):
             raise ExportError(f"the export this run would write is wrong: {problem} (the recipe's "
                               "ExportSpec)")
         check_class_names(self.class_names)

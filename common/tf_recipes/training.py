@@ -174,10 +174,9 @@ class Trainer:
                             "bare --amp is float16 only on a GPU) or leave --loss-scale-initial out")
         self.checkpoints = Checkpoints(launcher, self.results_dir, config.resume, self.run_identity(),
                                        self.total_steps, self.exports)
-        self.checkpoint_dir = self.checkpoints.folder
         self.eval_interval = evaluating.eval_interval(config.eval_every, self.total_steps,
                                                       self.steps_per_epoch)
-        self.curve = evaluating.Curve(self.checkpoint_dir, self.global_batch)
+        self.curve = evaluating.Curve(self.checkpoints.folder, self.global_batch)
         self.evaluation = None  # fit's `evaluation`: this process's share of the held-out set, made anew
         self._eval_steps = {}  # id(Task): its compiled evaluation step
         self._evaluated = None  # (step, metrics) of the last evaluation
