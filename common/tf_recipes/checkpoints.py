@@ -180,8 +180,7 @@ class Checkpoints:
         except (OSError, ValueError) as error:
             raise ResumeError(f"{self.identity_path} cannot be read ({error}), so {latest} cannot be resumed "
                               "safely; start over in another --results-dir") from None
-        problem = identity_mismatch(saved, self.identity, latest)
-        if problem:
+        if problem := identity_mismatch(saved, self.identity, latest):
             raise ResumeError(problem)
 
     def track(self, model, optimizer, step: tf.Variable) -> None:

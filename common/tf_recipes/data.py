@@ -44,8 +44,7 @@ def cannot_download(timeout_s: float = 5.0) -> str | None:
 def download_tfds(builder, missing: str, size: str = "") -> None:
     """Downloads and prepares a TFDS builder, or raises DataError(missing) with its {} saying why it
     cannot."""
-    offline = cannot_download()
-    if offline:
+    if offline := cannot_download():
         raise DataError(missing.format(f"{offline} to download it{size}"))
     try:
         builder.download_and_prepare()

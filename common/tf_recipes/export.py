@@ -65,7 +65,8 @@ class ExportSpec:
     antialias: bool = False  # resize with an antialiasing filter (as the recipe's own pipeline shrinks)
 
     def checked(self) -> ExportSpec:
-        """This spec, or a one-line ExportError that names the field: before training, not after it."""
+        """This spec, or a one-line ExportError that names the field: before training, not after it. A class
+        name that cannot be one line of labels.txt (one would shift every label after it) is a DataError."""
         def sizes(value):
             return (isinstance(value, (tuple, list)) and len(value) == 2
                     and all(isinstance(n, int) and n > 0 for n in value))
@@ -84,16 +85,11 @@ class ExportSpec:
         if problem := next((p for p in problems if p), None):
             raise ExportError(f"the export this run would write is wrong: {problem} (the recipe's "
                               "ExportSpec)")
-        check_class_names(self.class_names)
+        for name in self.class_names:
+            if class_name_problem(name):
+                raise DataError(f"class name {name!r} {class_name_problem(name)}, so it cannot be a line of "
+                                f"{EXPORT_LABELS_FILE}; rename the class")
         return self
-
-
-def check_class_names(class_names) -> None:
-    """A DataError for a name that cannot be one line of labels.txt (one would shift every label after it)."""
-    for name in class_names:
-        if class_name_problem(name):
-            raise DataError(f"class name {name!r} {class_name_problem(name)}, so it cannot be a line of "
-                            f"{EXPORT_LABELS_FILE}; rename the class")
 
 
 def write_export(folder, model, spec: ExportSpec, recipe: str):

@@ -127,9 +127,9 @@ class RunReport:
 
     def profile(self, step: int, before: bool) -> None:
         """TensorBoard profiler trace of steps START+1..END (--profile START:END), chief only."""
-        start, end = self.profile_steps
-        if not self.launcher.is_chief:  # Distributed: the chief traces the profile
+        if not self.profile_steps or not self.launcher.is_chief:  # Distributed: the chief traces the profile
             return
+        start, end = self.profile_steps
         folder = os.path.join(self.results_dir, "profile")
         if before and step == start + 1:
             tf.profiler.experimental.start(folder)

@@ -314,8 +314,7 @@ class Trainer:
         while step < self.total_steps:
             first = step + 1
             step = loop_end(step, self.total_steps, config.steps_per_loop, every, config.profile or ())
-            if config.profile:
-                self.report.profile(first, before=True)
+            self.report.profile(first, before=True)
             outputs = self._run_steps(train_loop, inputs[0], first, step, explain_input_error)
             now = time.perf_counter()
             self.step_times += [(now - last) / (step - first + 1)] * (step - first + 1)
@@ -326,8 +325,7 @@ class Trainer:
             if step % config.log_every == 0 or step == self.total_steps or stop:
                 self.report.log_step(step, loss, task.summarize(outputs), self.step_times, self.optimizer)
             self.step.assign(step)
-            if config.profile:
-                self.report.profile(step, before=False)
+            self.report.profile(step, before=False)
             # The evaluation at the last step is evaluate()'s, after fit
             reached = (eval_every and step % eval_every == 0 and step < self.total_steps
                        and self._eval_point(step))
@@ -351,8 +349,7 @@ class Trainer:
             return {key: np.asarray(value.numpy(), np.float64) for key, value in outputs.items()}
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
             for step in range(first, last + 1) if explain_input_error else ():
-                message = explain_input_error(step)
-                if message:
+                if message := explain_input_error(step):
                     raise DataError(message) from None
             raise
         except self.launcher.peer_errors as error:  # Distributed: a lost peer is one line
@@ -425,11 +422,10 @@ class Trainer:
             @tf.function
             def eval_step(x, y):
                 y_pred = model(x, training=False)
-                sums = {k: tf.cast(v, tf.float32)
-                        for k, v in {**task.metric_sums(y, y_pred), **task.baseline_sums(y, y_pred)}.items()}
-                sums["loss"] = tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32))
-                sums["examples"] = tf.cast(tf.shape(y)[0], tf.float32)
-                return sums
+                sums = {**task.metric_sums(y, y_pred), **task.baseline_sums(y, y_pred),
+                        "loss": tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32)),
+                        "examples": tf.shape(y)[0]}
+                return {k: tf.cast(v, tf.float32) for k, v in sums.items()}
 
             self._eval_steps[id(task)] = eval_step
         eval_step = self._eval_steps[id(task)]
@@ -439,8 +435,7 @@ class Trainer:
                 for key, value in eval_step(x, y).items():
                     totals[key] = totals.get(key, 0.0) + value.numpy().astype(np.float64)
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
-            message = explain_input_error() if explain_input_error else None  # names the file, as in fit
-            if message:
+            if explain_input_error and (message := explain_input_error()):  # names the file, as in fit
                 raise DataError(message) from None
             raise
         if not totals:
