@@ -274,5 +274,5 @@ class Checkpoints:
         self.launcher.barrier()  # Distributed: all stop together
         raise StopRequested(f"stopped at step {step} of {self.total_steps} "
                             f"({stop_flag.signal_name or 'a peer'}"
-                            f"{'' if stop_flag.requested else ' was signalled'}); "
+                            f"{'' if stop_flag.signal_name else ' was signalled'}); "
                             f"checkpoint in {self.folder}; continue with --resume", step)

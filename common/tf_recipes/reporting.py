@@ -274,8 +274,8 @@ def save_results(run, extra: dict | None = None) -> str | None:
     with disk_full_is_one_line(folder, nbytes(run.model.variables), "the final weights"):
         run.model.save_weights(os.path.join(folder, FINAL_WEIGHTS_FILE))
     results = results_record(run, extra)
-    missing = RESULT_FIELDS - results.keys()
-    if missing:  # a recipe that passes no final_metrics, say: the nightly and bench read every field
+    # a recipe that passes no final_metrics, say: the nightly and bench read every field
+    if missing := RESULT_FIELDS - results.keys():
         raise RuntimeError(f"results.json would lack {', '.join(sorted(missing))} "
                            "(tf_recipes.contract.RESULT_FIELDS)")
     with disk_full_is_one_line(folder, len(json.dumps(results, indent=2)), RESULTS_FILE,

@@ -205,8 +205,7 @@ class Trainer:
         it."""
         return {"recipe": self.recipe, "global_batch": self.global_batch,
                 "replicas": self.launcher.num_replicas, "per_replica_batch": self.config.batch_size,
-                "seed": self.config.seed,
-                "training_examples": self.num_examples, "precision": self.precision}
+                "seed": self.config.seed, "training_examples": self.num_examples, "precision": self.precision}
 
     def setup(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
         """Build the optimizer's state, restore the latest checkpoint (--resume), sync replicas."""
@@ -343,7 +342,7 @@ class Trainer:
 
     def _run_steps(self, train_loop, iterator, first: int, last: int, explain_input_error) -> dict:
         """Steps `first`..`last` in one call; the last one's outputs summed over replicas, as float64."""
-        stop = tf.constant(1.0 if self.stop_flag.requested else 0.0)
+        stop = tf.constant(1.0 if self.stop_flag.signal_name else 0.0)
         try:
             outputs = train_loop(iterator, tf.constant(last - first + 1), stop)
             return {key: np.asarray(value.numpy(), np.float64) for key, value in outputs.items()}
@@ -462,7 +461,6 @@ class Trainer:
         reporting.save_results(self, results)
         if self.exports:
             exporting.export_model(self.launcher, self.results_dir, self.model, self.export_spec, self.recipe)
-        missed = self.config.target and self.config.target.missed(self.curve.points, self.total_steps,
-                                                                   self.results_dir)
-        if missed:
+        target = self.config.target
+        if target and (missed := target.missed(self.curve.points, self.total_steps, self.results_dir)):
             raise missed
