@@ -143,8 +143,7 @@ class Checkpoints:
         """--resume, before anything is built or written: refuse a checkpoint from other settings or past
         this run's last step; end a run that already finished (RunFinished), at its last step or where it
         reached `target` (this run's --target)."""
-        latest = self.latest() if self.resume else None
-        if not latest:
+        if not self.resume or not (latest := self.latest()):
             return
         self._check_identity(latest)
         try:

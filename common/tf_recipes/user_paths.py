@@ -141,9 +141,8 @@ def creatable_problem(flag: str, path) -> str | None:
         return None
     made = _missing_above(path)[0]
     # Tried twice: a worker of a job may remove a parent another has just made.
-    problem = make_folder(flag, path) and make_folder(flag, path)
-    if problem and what_is(path) == FOLDER:
-        problem = None
+    failed = make_folder(flag, path) and make_folder(flag, path)
+    problem = None if what_is(path) == FOLDER else failed
     for folder in made:  # the deepest first
         try:
             os.rmdir(folder)
