@@ -12,7 +12,7 @@ from invoke import Exit, task
 
 from commands import choices, containers, launch
 from tf_recipes import contract, user_paths
-from tf_recipes.operations import spawn
+from tf_recipes.operations import launcher_trait, spawn
 from tf_recipes.operations.faults import FAULT_ENVS
 from tasks import host
 
@@ -43,7 +43,7 @@ def _check_request(runtime, base, gpus, launcher, host_list, train_args, data_di
                   "(--runtime docker --base ngc)")
     if nsys and runtime != "local" and base == "cpu":
         host.fail("--nsys needs Nsight Systems, which only the NGC image has; use --base ngc")
-    if len(host_list) > 1 and contract.launcher_trait(launcher, "peers_from") == "mpi" and runtime != "local":
+    if len(host_list) > 1 and launcher_trait(launcher, "peers_from") == "mpi" and runtime != "local":
         host.fail("horovod across hosts starts its ranks over ssh, and invoke run starts no sshd with a shared key "
                   "in the other hosts' containers; use --launcher multiworker with --hosts, SLURM (`invoke sbatch`), "
                   "Kubernetes (`invoke k8s RECIPE --kind mpijob`, which sets that up) or --runtime local")

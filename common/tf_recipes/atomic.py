@@ -36,12 +36,11 @@ def fsync_tree(folder: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str, mode: str = "w", encoding: str | None = None):
+def atomic_file(path: str, mode: str = "w"):
     """Yield a temporary file that becomes `path` when the block ends without an error."""
     folder = os.path.dirname(os.path.abspath(path))
     handle = tempfile.NamedTemporaryFile(mode, dir=folder, prefix=f".{os.path.basename(path)}.",
-                                         suffix=".tmp", delete=False,
-                                         encoding=encoding if "b" not in mode else None)
+                                         suffix=".tmp", delete=False)
     try:
         with handle:
             yield handle
@@ -60,6 +59,5 @@ def atomic_file(path: str, mode: str = "w", encoding: str | None = None):
 
 def write_atomically(path: str, data: str | bytes) -> None:
     """`path` holds `data` (text is UTF-8) or what it held before, also after a crash."""
-    text = isinstance(data, str)
-    with atomic_file(path, "w" if text else "wb", encoding="utf-8" if text else None) as handle:
-        handle.write(data)
+    with atomic_file(path, "wb") as handle:
+        handle.write(data.encode() if isinstance(data, str) else data)

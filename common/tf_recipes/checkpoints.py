@@ -6,6 +6,7 @@ a checkpoint to resume from.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -117,14 +118,11 @@ def hold_results_dir(results_dir: str) -> int:
 def lock_holder(inode: int) -> str:
     """'process PID' holding a lock on the file of `inode`, from /proc/locks (Linux), else 'another
     process'."""
-    try:
-        with open("/proc/locks") as locks:
-            for line in locks:
-                fields = line.split()  # N: FLOCK ADVISORY WRITE PID MAJOR:MINOR:INODE START END
-                if len(fields) > 5 and fields[5].rsplit(":", 1)[-1] == str(inode):
-                    return f"process {fields[4]}"
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/locks") as locks:
+        for line in locks:
+            fields = line.split()  # N: FLOCK ADVISORY WRITE PID MAJOR:MINOR:INODE START END
+            if len(fields) > 5 and fields[5].rsplit(":", 1)[-1] == str(inode):
+                return f"process {fields[4]}"
     return "another process"
 
 
@@ -135,9 +133,8 @@ class Checkpoints:
     def __init__(self, launcher: Launcher, results_dir: str, resume: bool, identity: dict, total_steps: int,
                  export: bool = True):
         self.launcher, self.results_dir, self.resume = launcher, results_dir, resume
-        self.identity, self.total_steps = identity, total_steps
-        # a finished run wrote results.json, the weights and (unless --no-export) the export
-        self.export = export
+        # export: a finished run wrote results.json, the weights and (unless --no-export) the export
+        self.identity, self.total_steps, self.export = identity, total_steps, export
         self.folder = os.path.join(results_dir, CHECKPOINTS_DIR)
         self.identity_path = os.path.join(self.folder, IDENTITY_FILE)
         self.checkpoint = None
@@ -146,8 +143,7 @@ class Checkpoints:
         """--resume, before anything is built or written: refuse a checkpoint from other settings or past
         this run's last step; end a run that already finished (RunFinished), at its last step or where it
         reached `target` (this run's --target)."""
-        latest = self.latest() if self.resume else None
-        if not latest:
+        if not self.resume or not (latest := self.latest()):
             return
         self._check_identity(latest)
         try:
@@ -173,9 +169,7 @@ class Checkpoints:
         """The checkpoint to resume: the state file's, or when that file cannot be read while checkpoints are
         there, the newest found by listing. A damaged state file is never taken as "no checkpoint": that would
         start over and overwrite, then delete, the checkpoints it lost track of."""
-        latest = state_checkpoint(self.folder)
-        listed = listed_checkpoints(self.folder)
-        return latest or (listed[0] if listed else None)
+        return state_checkpoint(self.folder) or next(iter(listed_checkpoints(self.folder)), None)
 
     def _check_identity(self, latest: str) -> None:
         """Refuse a resume that could not continue the same run (different data order or replicas)."""
@@ -185,8 +179,7 @@ class Checkpoints:
         except (OSError, ValueError) as error:
             raise ResumeError(f"{self.identity_path} cannot be read ({error}), so {latest} cannot be resumed "
                               "safely; start over in another --results-dir") from None
-        problem = identity_mismatch(saved, self.identity, latest)
-        if problem:
+        if problem := identity_mismatch(saved, self.identity, latest):
             raise ResumeError(problem)
 
     def track(self, model, optimizer, step: tf.Variable) -> None:
@@ -199,11 +192,12 @@ class Checkpoints:
         """The step to start from: the latest checkpoint's under --resume (restored into the tracked
         model and optimizer), else 0. Without --resume, checkpoints already there are refused."""
         latest, listed = state_checkpoint(self.folder), listed_checkpoints(self.folder)
-        start_step = 0
+        if not self.resume and (latest or listed):
+            raise FileExistsError(
+                f"{self.folder} already holds checkpoints ({os.path.basename(latest or listed[0])}); "
+                "pass --resume to continue that run, or choose another --results-dir")
         if self.resume and not latest and listed:  # a damaged state file: the newest checkpoint that restores
             latest = self._restore_listed(listed)
-            start_step = int(self.checkpoint.step.numpy())
-            log(self.launcher, f"resumed from {latest} at step {start_step}")
         elif self.resume and latest:  # check_resume_target has checked its settings and step
             try:
                 self.checkpoint.restore(latest).assert_existing_objects_matched()
@@ -214,14 +208,11 @@ class Checkpoints:
                     f"{str(error).strip().splitlines()[0][:300]}); resume with the model settings that "
                     "wrote it, delete it to fall back to the one before, or start over in another "
                     "--results-dir") from None
-            start_step = int(self.checkpoint.step.numpy())
-            log(self.launcher, f"resumed from {latest} at step {start_step}")
         elif self.resume:
             log(self.launcher, f"--resume: no checkpoint in {self.folder}, starting from step 0")
-        elif latest or listed:
-            raise FileExistsError(
-                f"{self.folder} already holds checkpoints ({os.path.basename(latest or listed[0])}); "
-                "pass --resume to continue that run, or choose another --results-dir")
+        start_step = int(self.checkpoint.step.numpy())  # the tracked step: 0 unless restored
+        if latest:
+            log(self.launcher, f"resumed from {latest} at step {start_step}")
         # Distributed: the chief removes the stop marker
         if self.resume and self.launcher.is_chief and os.path.exists(stopped_marker(self.results_dir)):
             os.remove(stopped_marker(self.results_dir))  # this run continues the stopped one
@@ -258,10 +249,10 @@ class Checkpoints:
         # Distributed: only the chief keeps checkpoints
         if not launcher.is_chief and launcher.traits["collective"] != "strategy":
             return
-        directory = self.folder
-        if not launcher.is_chief:  # Strategy: a worker's throwaway checkpoint, in TensorFlow's in-memory file
-            # system: nothing on disk, so a worker killed while it saves leaves nothing behind
-            directory = f"ram://tf-recipes-worker{launcher.worker_index}-{os.getpid()}-ckpt"
+        # Strategy: a worker's throwaway checkpoint, in TensorFlow's in-memory file
+        # system: nothing on disk, so a worker killed while it saves leaves nothing behind
+        directory = self.folder if launcher.is_chief else (
+            f"ram://tf-recipes-worker{launcher.worker_index}-{os.getpid()}-ckpt")
         manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=KEEP)
         needed = nbytes(self.checkpoint.model.variables) + nbytes(self.checkpoint.optimizer.variables)
         with disk_full_is_one_line(directory, needed, "a checkpoint"):
@@ -282,5 +273,5 @@ class Checkpoints:
         self.launcher.barrier()  # Distributed: all stop together
         raise StopRequested(f"stopped at step {step} of {self.total_steps} "
                             f"({stop_flag.signal_name or 'a peer'}"
-                            f"{'' if stop_flag.requested else ' was signalled'}); "
+                            f"{'' if stop_flag.signal_name else ' was signalled'}); "
                             f"checkpoint in {self.folder}; continue with --resume", step)

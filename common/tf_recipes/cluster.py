@@ -40,8 +40,7 @@ def check_tf_config(text: str) -> dict:
                         f"{kind} address(es) (0..{len(cluster[kind]) - 1}); give each process its own index")
     addresses = [address for group in cluster.values() for address in group]
     # Distributed: every task needs its own host:port
-    twice = sorted({address for address in addresses if addresses.count(address) > 1})
-    if twice:
+    if twice := sorted({address for address in addresses if addresses.count(address) > 1}):
         raise UserError(f"TF_CONFIG lists {', '.join(map(str, twice))} more than once; every task needs its "
                         "own host:port")
     return config

@@ -33,20 +33,18 @@ DOWNLOAD_HOST = "storage.googleapis.com"  # where TFDS and Keras download from (
 def cannot_download(timeout_s: float = 5.0) -> str | None:
     """"HOST cannot be reached" when a download cannot start (no proxy, and DOWNLOAD_HOST does not answer on
     443 at once: the downloaders would retry for minutes), else None."""
-    host = DOWNLOAD_HOST
     if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return None
     try:
-        socket.create_connection((host, 443), timeout=timeout_s).close()
+        socket.create_connection((DOWNLOAD_HOST, 443), timeout=timeout_s).close()
     except OSError:
-        return f"{host} cannot be reached"
+        return f"{DOWNLOAD_HOST} cannot be reached"
 
 
 def download_tfds(builder, missing: str, size: str = "") -> None:
     """Downloads and prepares a TFDS builder, or raises DataError(missing) with its {} saying why it
     cannot."""
-    offline = cannot_download()
-    if offline:
+    if offline := cannot_download():
         raise DataError(missing.format(f"{offline} to download it{size}"))
     try:
         builder.download_and_prepare()

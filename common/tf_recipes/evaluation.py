@@ -73,8 +73,7 @@ class Curve:
         except (OSError, ValueError) as error:
             return (f"{self.path} cannot be read ({type(error).__name__}); the learning curve starts again "
                     f"at step {step}, without the points before it")
-        points = [p for p in saved.get("points", []) if p.get("step", math.inf) <= step]
-        self.points = points
+        self.points = [p for p in saved.get("points", []) if p.get("step", math.inf) <= step]
         self.earlier_seconds = float(saved.get("seconds", 0.0)) if saved.get("step") == step else (
-            max((p["seconds"] for p in points), default=0.0))
+            max((p["seconds"] for p in self.points), default=0.0))
         return None

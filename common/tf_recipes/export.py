@@ -65,7 +65,8 @@ class ExportSpec:
     antialias: bool = False  # resize with an antialiasing filter (as the recipe's own pipeline shrinks)
 
     def checked(self) -> ExportSpec:
-        """This spec, or a one-line ExportError that names the field: before training, not after it."""
+        """This spec, or a one-line ExportError that names the field: before training, not after it. A class
+        name that cannot be one line of labels.txt (one would shift every label after it) is a DataError."""
         def sizes(value):
             return (isinstance(value, (tuple, list)) and len(value) == 2
                     and all(isinstance(n, int) and n > 0 for n in value))
@@ -81,20 +82,14 @@ class ExportSpec:
             and f"palette has {len(self.palette or ())} colours for {len(self.class_names or ())} classes",
             self.output_size is not None and not sizes(self.output_size)
             and f"output_size {self.output_size!r} is not (height, width) in pixels"]
-        problem = next((p for p in problems if p), None)
-        if problem:
+        if problem := next((p for p in problems if p), None):
             raise ExportError(f"the export this run would write is wrong: {problem} (the recipe's "
                               "ExportSpec)")
-        check_class_names(self.class_names)
+        for name in self.class_names:
+            if class_name_problem(name):
+                raise DataError(f"class name {name!r} {class_name_problem(name)}, so it cannot be a line of "
+                                f"{EXPORT_LABELS_FILE}; rename the class")
         return self
-
-
-def check_class_names(class_names) -> None:
-    """A DataError for a name that cannot be one line of labels.txt (one would shift every label after it)."""
-    for name in class_names:
-        if class_name_problem(name):
-            raise DataError(f"class name {name!r} {class_name_problem(name)}, so it cannot be a line of "
-                            f"{EXPORT_LABELS_FILE}; rename the class")
 
 
 def write_export(folder, model, spec: ExportSpec, recipe: str):
@@ -193,26 +188,19 @@ def publish(results_dir, write) -> str:
 def export_model(launcher, results_dir, model, spec: ExportSpec, recipe: str) -> str | None:
     """On every process: the chief exports `model`'s weights in `spec.build()`'s copy (outside any
     strategy)."""
-    refusal = None
     # Distributed: the chief's RESULTS/export decides, and every process learns of a refusal
-    if launcher.is_chief:
-        try:
-            next_version(results_dir)
-        except ExportError as error:
-            refusal = error
-    if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
-        raise refusal or ExportError(f"the chief refused to write the export into {results_dir} (its error "
-                                     "line says why)")
+    launcher.chief_decides(lambda: next_version(results_dir), ExportError(
+        f"the chief refused to write the export into {results_dir} (its error line says why)"))
     final = None
     if launcher.is_chief:  # Distributed: only the chief writes the export
         plain = spec.build()
         plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
         # A full or read-only disk: one line; publish leaves nothing half-written and the versions before
         # intact
-        with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights), "the "
-                                                                                                 "export"):
+        with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights),
+                                   "the export"):
             final = publish(results_dir, lambda folder: write_export(folder, plain, spec, recipe))
-        print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded "
-              "images)", flush=True)
+        print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded images)",
+              flush=True)
     launcher.barrier()
     return final

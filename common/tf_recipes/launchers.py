@@ -160,6 +160,19 @@ class Launcher:
         gathered = self.strategy.gather(self._per_replica(lambda i: [rows[i]], tf.float32), axis=0)
         return gathered.numpy().astype(np.float64).tolist()
 
+    def chief_decides(self, action, refused: UserError):
+        """`action()` on the chief, and its answer (None on the others); when it raises a UserError, every
+        process raises, the others `refused`, so that none goes on and waits for a chief that left."""
+        answer, refusal = None, None
+        if self.is_chief:
+            try:
+                answer = action()
+            except UserError as error:
+                refusal = error
+        if self.sum_over_processes([1.0 if refusal else 0.0])[0]:  # Distributed: every process learns of it
+            raise refusal or refused
+        return answer
+
     def barrier(self):
         """Wait until every process arrives: a sum over the processes, which each one must join."""
         if self.num_workers > 1:  # Distributed: wait for every process
@@ -224,11 +237,10 @@ class MultiWorkerLauncher(Launcher):
         # the deadline
         faulthandler.dump_traceback_later(join_timeout, exit=True)
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation, collective.upper())
+        options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
         # Strategy: replicas across worker processes
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=resolver,
-            communication_options=tf.distribute.experimental.CommunicationOptions(
-                implementation=implementation))
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
+                                                                  communication_options=options)
         self.num_replicas = self.strategy.num_replicas_in_sync
         self.local_replicas = self.num_replicas // self.num_workers
         self.barrier()  # Distributed: only a complete cluster passes

@@ -127,9 +127,9 @@ class RunReport:
 
     def profile(self, step: int, before: bool) -> None:
         """TensorBoard profiler trace of steps START+1..END (--profile START:END), chief only."""
-        start, end = self.profile_steps
-        if not self.launcher.is_chief:  # Distributed: the chief traces the profile
+        if not self.profile_steps or not self.launcher.is_chief:  # Distributed: the chief traces the profile
             return
+        start, end = self.profile_steps
         folder = os.path.join(self.results_dir, "profile")
         if before and step == start + 1:
             tf.profiler.experimental.start(folder)
@@ -225,12 +225,8 @@ def versions() -> dict:
 def machine() -> dict:
     """What ran it: the CPU's model, its cores, the GPUs TensorFlow sees, the load average at the end."""
     cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")),
-                       cpu)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
+        cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {"cpu": cpu, "cores": os.cpu_count(), "gpus": len(tf.config.list_physical_devices("GPU")),
             "load_average": load and [round(value, 2) for value in load]}
@@ -278,8 +274,8 @@ def save_results(run, extra: dict | None = None) -> str | None:
     with disk_full_is_one_line(folder, nbytes(run.model.variables), "the final weights"):
         run.model.save_weights(os.path.join(folder, FINAL_WEIGHTS_FILE))
     results = results_record(run, extra)
-    missing = RESULT_FIELDS - results.keys()
-    if missing:  # a recipe that passes no final_metrics, say: the nightly and bench read every field
+    # a recipe that passes no final_metrics, say: the nightly and bench read every field
+    if missing := RESULT_FIELDS - results.keys():
         raise RuntimeError(f"results.json would lack {', '.join(sorted(missing))} "
                            "(tf_recipes.contract.RESULT_FIELDS)")
     with disk_full_is_one_line(folder, len(json.dumps(results, indent=2)), RESULTS_FILE,

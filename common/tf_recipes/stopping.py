@@ -33,12 +33,8 @@ class StopFlag:
     """Records the first SIGTERM/SIGUSR1 this process receives; the training loop polls it. Install it after
     a MultiWorkerMirroredStrategy exists, which replaces any SIGTERM handler installed before."""
 
-    signal_name: str | None = None
+    signal_name: str | None = None  # set: a stop is requested
     interrupts = 0  # SIGINTs received
-
-    @property
-    def requested(self) -> bool:
-        return self.signal_name is not None
 
     def install(self) -> "StopFlag":
         """Handle SIGTERM and SIGUSR1 (a scheduler's stop, or SLURM's warning before the time limit) and

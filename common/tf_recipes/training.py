@@ -124,27 +124,17 @@ def loop_end(step: int, total_steps: int, steps_per_loop: int, every: tuple[int,
              boundaries: tuple[int, ...] = ()) -> int:
     """The last step of the compiled call after `step`: at most `steps_per_loop` on, never past a multiple of
     any of `every` (--log-every, the checkpoints), a step of `boundaries` ahead (--profile) or the last."""
-    end = min(step + steps_per_loop, total_steps)
-    for interval in every:
-        end = min(end, (step // interval + 1) * interval)
-    for boundary in boundaries:
-        if step < boundary:
-            end = min(end, boundary)
-    return end
+    ahead = [(step // interval + 1) * interval for interval in every] + [b for b in boundaries if step < b]
+    return min(step + steps_per_loop, total_steps, *ahead)
 
 
 def summed_over_processes(launcher: Launcher, totals: dict) -> dict:
     """{name: float64 array} summed over every process, in one collective."""
     keys = sorted(totals)
-    shapes = [np.shape(totals[key]) for key in keys]
-    flat = np.concatenate([np.ravel(totals[key]) for key in keys]) if keys else np.zeros([0])
+    flat = np.concatenate([np.ravel(totals[key]) for key in keys] or [np.zeros([0])])
     flat = launcher.sum_over_processes(flat)  # Distributed: evaluation sums added over processes
-    summed, offset = {}, 0
-    for key, shape in zip(keys, shapes, strict=True):
-        size = int(np.prod(shape))
-        summed[key] = flat[offset:offset + size].reshape(shape)
-        offset += size
-    return summed
+    parts = np.split(flat, np.cumsum([np.size(totals[key]) for key in keys[:-1]], dtype=int))
+    return {key: part.reshape(np.shape(totals[key])) for key, part in zip(keys, parts, strict=False)}
 
 
 releasing: list[threading.Thread] = []  # iterators still being dropped; the process's exit waits a while
@@ -172,9 +162,8 @@ class Trainer:
         self.global_batch = config.batch_size * launcher.num_replicas  # Distributed: the global batch
         self.steps_per_epoch = steps_per_epoch(num_examples, self.global_batch)
         # A learning-rate schedule spans the epochs: --max-steps and --target only end the run sooner
-        self.planned_steps = self.total_steps = config.epochs * self.steps_per_epoch
-        if config.max_steps:
-            self.total_steps = min(self.total_steps, config.max_steps)
+        self.planned_steps = config.epochs * self.steps_per_epoch
+        self.total_steps = min(self.planned_steps, config.max_steps or self.planned_steps)
         self.start_step = 0
         # The step training has reached; a Trainer that only evaluates (no setup) evaluates at step 0
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -185,25 +174,18 @@ class Trainer:
                             "bare --amp is float16 only on a GPU) or leave --loss-scale-initial out")
         self.checkpoints = Checkpoints(launcher, self.results_dir, config.resume, self.run_identity(),
                                        self.total_steps, self.exports)
-        self.checkpoint_dir = self.checkpoints.folder
         self.eval_interval = evaluating.eval_interval(config.eval_every, self.total_steps,
                                                       self.steps_per_epoch)
-        self.curve = evaluating.Curve(self.checkpoint_dir, self.global_batch)
+        self.curve = evaluating.Curve(self.checkpoints.folder, self.global_batch)
         self.evaluation = None  # fit's `evaluation`: this process's share of the held-out set, made anew
         self._eval_steps = {}  # id(Task): its compiled evaluation step
         self._evaluated = None  # (step, metrics) of the last evaluation
         self._checkpointed = None  # the step of the last checkpoint
         # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it reads;
         # every process learns of a refusal, so that none waits for a chief that left
-        self._results_lock, refusal = None, None
-        if launcher.is_chief:
-            try:
-                self._results_lock = hold_results_dir(self.results_dir)
-            except UserError as error:
-                refusal = error
-        if launcher.sum_over_processes([1.0 if refusal else 0.0])[0]:
-            raise refusal or UserError(f"{self.results_dir} is in use by another run (the chief's error line "
-                                       "says which); wait for it to end, or choose another --results-dir")
+        self._results_lock = launcher.chief_decides(lambda: hold_results_dir(self.results_dir), UserError(
+            f"{self.results_dir} is in use by another run (the chief's error line says which); wait for it to"
+            " end, or choose another --results-dir"))
         self.checkpoints.check_resume_target(config.target)
         if self.exports:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
@@ -223,8 +205,7 @@ class Trainer:
         it."""
         return {"recipe": self.recipe, "global_batch": self.global_batch,
                 "replicas": self.launcher.num_replicas, "per_replica_batch": self.config.batch_size,
-                "seed": self.config.seed,
-                "training_examples": self.num_examples, "precision": self.precision}
+                "seed": self.config.seed, "training_examples": self.num_examples, "precision": self.precision}
 
     def setup(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
         """Build the optimizer's state, restore the latest checkpoint (--resume), sync replicas."""
@@ -237,10 +218,9 @@ class Trainer:
         self.model, self.optimizer = model, optimizer
         self.checkpoints.track(model, optimizer, self.step)
         self.start_step = self.checkpoints.restore()
-        if self.start_step:  # the curve goes on from the restored step, and so does the time to target
-            lost = self.curve.restore(self.start_step)
-            if lost:
-                log(self.launcher, lost)
+        # the curve goes on from the restored step, and so does the time to target
+        if self.start_step and (lost := self.curve.restore(self.start_step)):
+            log(self.launcher, lost)
         self.launcher.prepare(model, optimizer)  # Distributed: every replica starts from one state
 
     def _build_train_step(self, task: Task):
@@ -333,8 +313,7 @@ class Trainer:
         while step < self.total_steps:
             first = step + 1
             step = loop_end(step, self.total_steps, config.steps_per_loop, every, config.profile or ())
-            if config.profile:
-                self.report.profile(first, before=True)
+            self.report.profile(first, before=True)
             outputs = self._run_steps(train_loop, inputs[0], first, step, explain_input_error)
             now = time.perf_counter()
             self.step_times += [(now - last) / (step - first + 1)] * (step - first + 1)
@@ -345,8 +324,7 @@ class Trainer:
             if step % config.log_every == 0 or step == self.total_steps or stop:
                 self.report.log_step(step, loss, task.summarize(outputs), self.step_times, self.optimizer)
             self.step.assign(step)
-            if config.profile:
-                self.report.profile(step, before=False)
+            self.report.profile(step, before=False)
             # The evaluation at the last step is evaluate()'s, after fit
             reached = (eval_every and step % eval_every == 0 and step < self.total_steps
                        and self._eval_point(step))
@@ -364,14 +342,13 @@ class Trainer:
 
     def _run_steps(self, train_loop, iterator, first: int, last: int, explain_input_error) -> dict:
         """Steps `first`..`last` in one call; the last one's outputs summed over replicas, as float64."""
-        stop = tf.constant(1.0 if self.stop_flag.requested else 0.0)
+        stop = tf.constant(1.0 if self.stop_flag.signal_name else 0.0)
         try:
             outputs = train_loop(iterator, tf.constant(last - first + 1), stop)
             return {key: np.asarray(value.numpy(), np.float64) for key, value in outputs.items()}
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
             for step in range(first, last + 1) if explain_input_error else ():
-                message = explain_input_error(step)
-                if message:
+                if message := explain_input_error(step):
                     raise DataError(message) from None
             raise
         except self.launcher.peer_errors as error:  # Distributed: a lost peer is one line
@@ -418,12 +395,10 @@ class Trainer:
     def _eval_point(self, step: int) -> bool:
         """Evaluate the held-out set at `step` (a point of the curve); True when it reaches the target."""
         self._measure(self.evaluation(), self.task, self._explain_eval_error)
-        reached = self.target_reached()
-        if reached is None:
-            return False
-        log(self.launcher, f"target {self.config.target} reached at step {step}, {reached['seconds']:.1f} s "
-                           "after the start; training ends here")
-        return True
+        if reached := self.target_reached():
+            log(self.launcher, f"target {self.config.target} reached at step {step}, {reached['seconds']:.1f}"
+                               " s after the start; training ends here")
+        return bool(reached)
 
     def evaluate(self, dataset=None, task: Task | None = None,
                  explain_input_error: Callable[[], str | None] | None = None) -> dict:
@@ -446,11 +421,10 @@ class Trainer:
             @tf.function
             def eval_step(x, y):
                 y_pred = model(x, training=False)
-                sums = {k: tf.cast(v, tf.float32)
-                        for k, v in {**task.metric_sums(y, y_pred), **task.baseline_sums(y, y_pred)}.items()}
-                sums["loss"] = tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32))
-                sums["examples"] = tf.cast(tf.shape(y)[0], tf.float32)
-                return sums
+                sums = {**task.metric_sums(y, y_pred), **task.baseline_sums(y, y_pred),
+                        "loss": tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32)),
+                        "examples": tf.shape(y)[0]}
+                return {k: tf.cast(v, tf.float32) for k, v in sums.items()}
 
             self._eval_steps[id(task)] = eval_step
         eval_step = self._eval_steps[id(task)]
@@ -460,8 +434,7 @@ class Trainer:
                 for key, value in eval_step(x, y).items():
                     totals[key] = totals.get(key, 0.0) + value.numpy().astype(np.float64)
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
-            message = explain_input_error() if explain_input_error else None  # names the file, as in fit
-            if message:
+            if explain_input_error and (message := explain_input_error()):  # names the file, as in fit
                 raise DataError(message) from None
             raise
         if not totals:
@@ -488,7 +461,6 @@ class Trainer:
         reporting.save_results(self, results)
         if self.exports:
             exporting.export_model(self.launcher, self.results_dir, self.model, self.export_spec, self.recipe)
-        missed = self.config.target and self.config.target.missed(self.curve.points, self.total_steps,
-                                                                   self.results_dir)
-        if missed:
+        target = self.config.target
+        if target and (missed := target.missed(self.curve.points, self.total_steps, self.results_dir)):
             raise missed

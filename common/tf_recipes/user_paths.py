@@ -97,9 +97,8 @@ def flags_problem(inputs, folders=None, files=None, creatable: bool = True) -> s
     made = {**folders, **dict(folder_of(flag, path) for flag, path in files.items())} if creatable else {}
     problems = itertools.chain(
         (folder_problem(flag, path) for flag, path in folders.items()),
-        (f"{flag} {path} is {what}, not a file; give the path of a file to "
-         "write" for flag, path in files.items()
-         if (what := what_is(path)) not in (FILE, MISSING)),
+        (f"{flag} {path} is {what}, not a file; give the path of a file to write"
+         for flag, path in files.items() if (what := what_is(path)) not in (FILE, MISSING)),
         (output_problem(flag, path, inputs) for flag, path in {**folders, **files}.items()),
         # lazily: it makes (and removes) folders
         (creatable_problem(flag, path) for flag, path in made.items()))
@@ -142,9 +141,8 @@ def creatable_problem(flag: str, path) -> str | None:
         return None
     made = _missing_above(path)[0]
     # Tried twice: a worker of a job may remove a parent another has just made.
-    problem = make_folder(flag, path) and make_folder(flag, path)
-    if problem and what_is(path) == FOLDER:
-        problem = None
+    failed = make_folder(flag, path) and make_folder(flag, path)
+    problem = None if what_is(path) == FOLDER else failed
     for folder in made:  # the deepest first
         try:
             os.rmdir(folder)

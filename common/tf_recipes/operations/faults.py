@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from tf_recipes import cli
 from tf_recipes.contract import UserError
+from tf_recipes.operations import at_least
 
 DESYNC, OVERFLOW = "TF_RECIPES_FAULT_DESYNC_REPLICA", "TF_RECIPES_FAULT_OVERFLOW"
 SLOW = "TF_RECIPES_FAULT_SLOW_STEP"
@@ -69,7 +70,7 @@ def faults(environ=None) -> Faults:
     environ = os.environ if environ is None else environ
     parsed = {}
     for name, parse in ((DESYNC, cli.non_negative_int), (OVERFLOW, replica_at_step),
-                        (SLOW, cli.non_negative_float)):
+                        (SLOW, at_least(0))):
         text = environ.get(name, "")
         try:
             parsed[name] = parse(text) if text else None

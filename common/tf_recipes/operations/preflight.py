@@ -35,8 +35,8 @@ import time
 
 from tf_recipes import contract, user_paths
 from tf_recipes.atomic import write_atomically
-from tf_recipes.cli import at_least, positive_int
-from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_FILE
+from tf_recipes.cli import positive_int
+from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_FILE, at_least, launcher_trait
 
 DEFAULT_SIZES = "4K,64K,1M,16M"
 MIN_DEADLINE = 5  # seconds: below it not even a healthy cluster can answer
@@ -75,11 +75,11 @@ def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
     the launcher itself looks: horovod from horovodrun, mpirun (Open MPI) or srun; multiworker from TF_CONFIG
     (as tf_recipes.operations.spawn and TFJob set it), a Kubernetes Indexed Job or srun; single and mirrored
     are one process."""
-    if contract.launcher_trait(launcher, "one_process"):
+    if launcher_trait(launcher, "one_process"):
         return 0, 1
     pairs = [("HOROVOD_RANK", "HOROVOD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
              ("PMIX_RANK", "SLURM_NTASKS"), ("SLURM_PROCID", "SLURM_NTASKS")]
-    if contract.launcher_trait(launcher, "peers_from") == "TF_CONFIG":
+    if launcher_trait(launcher, "peers_from") == "TF_CONFIG":
         try:
             config = json.loads(environ.get("TF_CONFIG", ""))
             workers = [a for group in config["cluster"].values() for a in group]
@@ -442,7 +442,7 @@ def _nccl_lines(pattern: str | None) -> list[str]:
 def _allreduce(launcher, tf):
     """A function n -> this process's replicas' all-reduced float32 vectors of n elements, to which
     replica r (numbered over the whole job) contributed r+1 in every element."""
-    if contract.launcher_trait(launcher.name, "collective") == "horovod":
+    if launcher_trait(launcher.name, "collective") == "horovod":
         hvd = launcher.hvd
         # Horovod: the exact all-reduce of the check, one value per rank
         return lambda n: [hvd.allreduce(tf.fill([n], float(hvd.rank() + 1)), op=hvd.Sum).numpy()]
@@ -487,7 +487,7 @@ def _versions(tf, launcher, nccl: dict, gpus: list) -> dict:
         horovod_version = "none"
     nccl_version = nccl["version"]
     # Horovod: whether NCCL carries the all-reduce
-    if nccl_version is None and contract.launcher_trait(launcher.name, "collective") == "horovod" \
+    if nccl_version is None and launcher_trait(launcher.name, "collective") == "horovod" \
             and launcher.hvd.nccl_built():  # Horovod: its NCCL, when it was built with it
         nccl_version = str(launcher.hvd.nccl_built())  # Horovod: the version it was built with
     return {"tensorflow": tf.__version__, "keras": keras.__version__, "horovod": horovod_version,
