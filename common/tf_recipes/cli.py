@@ -50,7 +50,7 @@ fraction = real_number(lambda value: 0 < value < 1, "a fraction between 0 and 1 
 rate = real_number(lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
 # A loss scale: greater than 0, and one that float32 (the scale's variable) holds.
 loss_scale = real_number(lambda value: 0 < value <= 3.4028234663852886e38,
-                   "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768")
+                         "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768")
 
 
 def step_window(text: str) -> tuple[int, int]:
