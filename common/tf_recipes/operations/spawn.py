@@ -43,8 +43,9 @@ def job_status(status: int, results_dir: str, since: float) -> int:
     that new: nothing removes it but a resume), else the launching program's `status`."""
     marker = stopped_marker(results_dir)
     # Horovod: horovodrun and mpirun report a stop of their ranks as a failure (1), and horovodrun, when a
-    # terminal's Ctrl-C reached it too, sometimes as success (0): neither is what happened
-    if os.path.exists(marker) and os.path.getmtime(marker) >= since:
+    # terminal's Ctrl-C reached it too, sometimes as success (0): neither is what happened. A file's time
+    # comes from the kernel's coarse clock, which can be milliseconds behind time.time(): a second's slack
+    if os.path.exists(marker) and os.path.getmtime(marker) >= since - 1:
         return EXIT_STOPPED
     return status
 
