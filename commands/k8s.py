@@ -47,8 +47,8 @@ from commands.containers import CONTAINER_DATA_DIR, CONTAINER_RESULTS_DIR, CONTA
 from commands.launch import (LaunchError, build_launch, build_train_command, check_choice, launch_environment,
                              shell_join)
 from tf_recipes import contract
-from tf_recipes.contract import EXIT_STOPPED, LAUNCHERS
-from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, launcher_trait
+from tf_recipes.contract import EXIT_STOPPED, LAUNCHERS, launcher_trait
+from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE
 
 KINDS = ("mpijob", "tfjob", "job")
 KIND_LAUNCHER = {"mpijob": "horovod", "tfjob": "multiworker", "job": "multiworker"}

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from commands.choices import HOROVOD_RUNNERS
 from tf_recipes import contract
-from tf_recipes.contract import LAUNCHERS
-from tf_recipes.operations import host_name_problem, launcher_trait
+from tf_recipes.contract import LAUNCHERS, launcher_trait
+from tf_recipes.operations import host_name_problem
 
 
 class LaunchError(ValueError):

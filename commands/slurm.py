@@ -28,8 +28,8 @@ from commands.choices import PREFLIGHT_MODULE
 from commands.containers import mount_path_problem
 from commands.launch import LaunchError, ShellWord, build_train_command, check_choice, shell_join
 from tf_recipes import contract
-from tf_recipes.contract import EXIT_STOPPED, LAUNCHERS
-from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, launcher_trait
+from tf_recipes.contract import EXIT_STOPPED, LAUNCHERS, launcher_trait
+from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE
 
 DEFAULT_SIGNAL_GRACE = 120
 

@@ -18,7 +18,8 @@ from invoke import Exit, task
 from commands import choices
 from tf_recipes import contract
 from tf_recipes.cli import positive_int
-from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_FILE, at_least
+from tf_recipes.cli import at_least
+from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_FILE
 from tf_recipes.operations.preflight import MIN_DEADLINE, parse_size
 from tasks import host
 from tasks.run import LAUNCH_HELP, prepare_job

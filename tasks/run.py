@@ -12,7 +12,8 @@ from invoke import Exit, task
 
 from commands import choices, containers, launch
 from tf_recipes import contract, user_paths
-from tf_recipes.operations import launcher_trait, spawn
+from tf_recipes.contract import launcher_trait
+from tf_recipes.operations import spawn
 from tf_recipes.operations.faults import FAULT_ENVS
 from tasks import host
 

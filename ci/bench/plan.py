@@ -11,8 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from commands import launch
-from tf_recipes.contract import LAUNCHERS
-from tf_recipes.operations import launcher_trait
+from tf_recipes.contract import LAUNCHERS, launcher_trait
 
 # What a run trains when no arguments follow `--`: short runs that make sense on a CPU.
 DEFAULT_TRAIN_ARGS = {

@@ -12,8 +12,7 @@ import shlex
 import statistics
 
 from ci.bench.plan import INPUT_BENCHMARK, NO_INPUT_BENCHMARK
-from tf_recipes.contract import LAUNCHER_TRAITS, LAUNCHERS
-from tf_recipes.operations import launcher_trait
+from tf_recipes.contract import LAUNCHER_TRAITS, LAUNCHERS, launcher_trait
 
 RATE_KEY = "images_per_sec"  # the images/s figure of results.json and of the input benchmarks' reports
 FIGURE_SIZE_INCHES = (15.0, 4.8)

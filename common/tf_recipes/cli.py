@@ -28,7 +28,7 @@ def _whole(minimum: int, rule: str):
     return whole
 
 
-def real_number(accept, rule: str):
+def _real(accept, rule: str):
     """An argparse type: a finite number (never nan or inf) for which accept(value) holds."""
     def real(text: str) -> float:
         try:
@@ -43,14 +43,19 @@ def real_number(accept, rule: str):
 
 positive_int = _whole(1, "must be at least 1")
 non_negative_int = _whole(0, "must not be negative")
-positive_float = real_number(lambda value: value > 0, "a finite number greater than 0")
+positive_float = _real(lambda value: value > 0, "a finite number greater than 0")
 # 0 < F < 1: a share of the examples (such as --val-fraction)
-fraction = real_number(lambda value: 0 < value < 1, "a fraction between 0 and 1 (both excluded), e.g. 0.2")
+fraction = _real(lambda value: 0 < value < 1, "a fraction between 0 and 1 (both excluded), e.g. 0.2")
 # 0 <= R < 1: a probability that may be zero but never drops everything (such as a dropout rate)
-rate = real_number(lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
+rate = _real(lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
 # A loss scale: greater than 0, and one that float32 (the scale's variable) holds.
-loss_scale = real_number(lambda value: 0 < value <= 3.4028234663852886e38,
-                         "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768")
+loss_scale = _real(lambda value: 0 < value <= 3.4028234663852886e38,
+                   "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768")
+
+
+def at_least(minimum: float):
+    """An argparse type: a finite number >= minimum (a deadline with a floor, a fault's seconds)."""
+    return _real(lambda value: value >= minimum, f"a finite number of at least {minimum:g}")
 
 
 def step_window(text: str) -> tuple[int, int]:

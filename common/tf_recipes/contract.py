@@ -19,6 +19,11 @@ LAUNCHER_TRAITS = {
 }
 
 
+def launcher_trait(launcher: str, trait: str):
+    """One trait of a launcher (LAUNCHER_TRAITS); a KeyError names an unknown launcher or trait."""
+    return LAUNCHER_TRAITS[launcher][trait]
+
+
 COLLECTIVES = ("auto", "ring", "nccl")  # multiworker all-reduce implementations
 
 # The software stacks, each pinned by stacks/NAME.txt: ngc-25.02 has NVIDIA's last NGC TensorFlow (2.17),

@@ -12,18 +12,10 @@ They may use the engine and the command line (tf_recipes.cli); nothing in the en
 host side (commands/, tasks/) agree on; a training process needs none of them, so they are not in
 tf_recipes.contract.
 """
-from tf_recipes.cli import real_number
-from tf_recipes.contract import LAUNCHER_TRAITS
 
 # The preflight check (`invoke preflight`, `python -m tf_recipes.operations.preflight`).
 PREFLIGHT_FILE = "preflight.json"  # what every rank reported, and the verdict (in the results folder)
 PREFLIGHT_DEFAULT_DEADLINE = 120  # seconds for the whole check, from each process's start
-
-
-def launcher_trait(launcher: str, trait: str):
-    """One trait of a launcher (tf_recipes.contract.LAUNCHER_TRAITS); a KeyError names an unknown launcher or
-    trait."""
-    return LAUNCHER_TRAITS[launcher][trait]
 
 
 def host_name_problem(host: str) -> str | None:
@@ -33,8 +25,3 @@ def host_name_problem(host: str) -> str | None:
         return (f"{host!r} is not a host name or IPv4 address (letters, digits, '.', '-' and '_'); give "
                 "comma-separated names such as node1,node2")
     return None
-
-
-def at_least(minimum: float):
-    """An argparse type: a finite number >= minimum (a deadline with a floor, a fault's seconds)."""
-    return real_number(lambda value: value >= minimum, f"a finite number of at least {minimum:g}")

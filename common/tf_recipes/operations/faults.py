@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 from tf_recipes import cli
 from tf_recipes.contract import UserError
-from tf_recipes.operations import at_least
 
 DESYNC, OVERFLOW = "TF_RECIPES_FAULT_DESYNC_REPLICA", "TF_RECIPES_FAULT_OVERFLOW"
 SLOW = "TF_RECIPES_FAULT_SLOW_STEP"
@@ -70,7 +69,7 @@ def faults(environ=None) -> Faults:
     environ = os.environ if environ is None else environ
     parsed = {}
     for name, parse in ((DESYNC, cli.non_negative_int), (OVERFLOW, replica_at_step),
-                        (SLOW, at_least(0))):
+                        (SLOW, cli.at_least(0))):
         text = environ.get(name, "")
         try:
             parsed[name] = parse(text) if text else None

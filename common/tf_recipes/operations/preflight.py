@@ -35,8 +35,9 @@ import time
 
 from tf_recipes import contract, user_paths
 from tf_recipes.atomic import write_atomically
-from tf_recipes.cli import positive_int
-from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_FILE, at_least, launcher_trait
+from tf_recipes.cli import at_least, positive_int
+from tf_recipes.contract import launcher_trait
+from tf_recipes.operations import PREFLIGHT_DEFAULT_DEADLINE, PREFLIGHT_FILE
 
 DEFAULT_SIZES = "4K,64K,1M,16M"
 MIN_DEADLINE = 5  # seconds: below it not even a healthy cluster can answer
