@@ -164,6 +164,11 @@ AuthType=auth/munge
 # A requeued job waits this long before it starts again (default 120 s): 30 s keeps the requeue test
 # short and still gives a step on a busy machine time to launch with its credential.
 AuthInfo=cred_expire=30
+# slurmd answers a request to signal a step only once the step has ended, which on this busy machine can
+# take longer than the default 10 s; slurmctld then sends the request again a minute later, and by then
+# a requeued job may be running a step of the same number, which it ends. 60 s is more than KillWait
+# (30 s), after which every step is killed.
+MessageTimeout=60
 CredType=cred/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
