@@ -164,10 +164,11 @@ AuthType=auth/munge
 # A requeued job waits this long before it starts again (default 120 s): 30 s keeps the requeue test
 # short and still gives a step on a busy machine time to launch with its credential.
 AuthInfo=cred_expire=30
-# slurmd answers a request to signal a step only once the step has ended, which on this busy machine can
-# take longer than the default 10 s; slurmctld then sends the request again a minute later, and by then
-# a requeued job may be running a step of the same number, which it ends. 60 s is more than KillWait
-# (30 s), after which every step is killed.
+# slurmd answers srun's request to end a step (--kill-on-bad-exit, after the first task's status 143)
+# only once the step has ended; on this busy machine that took over 10 s, the default MessageTimeout.
+# slurmctld then sends the request again a minute later, when the requeued job (which waits only
+# cred_expire=30 s) already runs a step of the same number, and ends it. 60 s is more than KillWait (30 s),
+# after which every step is killed.
 MessageTimeout=60
 CredType=cred/munge
 MpiDefault=none
