@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Run the test suite on a fresh Debian 12 machine, setting up what it needs first.
 #
-# The suite has three tiers, run in this order (testpaths in pyproject.toml):
+# The suite's tests lie in three folders, run in this order (testpaths in pyproject.toml):
 #   tests/unit         builders, planning, parsing, YAML/manifest/workflow checks, README dry runs:
 #                      seconds each; no training, no Docker engine, no SLURM
 #   tests/recipes      each recipe's data, input pipeline, model, damaged data, one-process training
 #   tests/integration  launchers in several processes, Docker, Apptainer, SLURM, act, Kubernetes in
 #                      Docker, stop and resume, several hosts, benchmarks, the quick start on fresh
 #                      Debian 12 and 13 root file systems
+# and in two tiers across them (docs/correctness.md says which claims each proves):
+#   per-push  every test not marked `full`: each promise proven once, on its cheapest real path, in
+#             at most 30 minutes on a cold 2-core machine (BUDGET below)
+#   full      every test, the per-push ones included: each recipe under every launcher, the other
+#             Debian, the precision runs, the nightly workflow under act, Kubernetes in Docker, the
+#             longer stop cases, the benchmarks; every night (`invoke nightly --suite`)
 #
-#   bash ci/test.sh                 # everything, on the ngc-25.02 stack: .venv with Horovod
+#   bash ci/test.sh                 # the per-push tier, on the ngc-25.02 stack: .venv with Horovod
 #                                   # (ci/setup.sh), a Docker engine (ci/docker-engine.sh), a
 #                                   # two-node SLURM cluster (ci/slurm-cluster.sh) and an `apptainer`
-#                                   # command (ci/apptainer.sh), all three need root; then the
-#                                   # whole suite
+#                                   # command (ci/apptainer.sh), all three need root; then the tests
+#   bash ci/test.sh --full          # the full tier, on the same set-up; writes its report (report.json,
+#                                   # summary.md) to build/ci/report, or to --report DIR
+#   bash ci/test.sh --full --collect-only -q   # lists the tier's tests: .venv only, nothing else set up
 #   bash ci/test.sh -k parity       # extra arguments go to pytest
 #   bash ci/test.sh --fast          # tests/unit only, under 3 minutes: ci/setup.sh, no Docker, no SLURM
 #   bash ci/test.sh --fast -k k8s   # extra arguments go to pytest here too
@@ -32,8 +40,9 @@
 # exists, the unit and recipes tiers run beside the rest of the set-up (the engine, Horovod's
 # compile, the SLURM cluster, Apptainer), and the container tests' images build in the background
 # (ci/prepare-images.sh, with the Horovod wheel compiled here) until the integration tests need
-# them. Every run ends with each test module's time, the slowest first (ci/durations.py), and one
-# line of its time: wall clock, set-up, tests, the CPU time of what it waited for and the machine's
+# them. A tier is green only on all it holds: when fewer tests reported than it collected, or any
+# skipped, it fails (ci/suite_report.py). Every run ends with each test module's time, the slowest
+# first (ci/durations.py), the tally, and one line of its time: wall clock, set-up, tests, the CPU time of what it waited for and the machine's
 # speed (its reference loop), also appended to $GITHUB_STEP_SUMMARY when that is set, so that growth
 # shows on every CI run and every night; then ci/reaper.py's line with the CPU time of everything
 # the run started, daemons included.
@@ -51,10 +60,15 @@ fi
 
 fast=0
 gpu_images=0
+full=0
+report=build/ci/report
 stack=ngc-25.02
 while [ $# -gt 0 ]; do
     case "$1" in
         --fast) fast=1; shift ;;
+        --full) full=1; shift ;;
+        --report) [ $# -ge 2 ] || { echo "ci/test.sh: --report needs a folder" >&2; exit 2; }
+                  report=$2; shift 2 ;;
         --gpu-images) gpu_images=1; shift ;;
         --stack) [ $# -ge 2 ] || { echo "ci/test.sh: --stack needs a name (ngc-25.02 or current)" >&2; exit 2; }
                  stack=$2; shift 2 ;;
@@ -65,7 +79,21 @@ done
 # Strict: tests that would skip for a missing Horovod or Docker engine fail instead.
 export TF_RECIPES_STRICT=1
 parallel=(-n 2 --dist loadscope --no-loadscope-reorder)
-BUDGET=2400  # seconds: the whole suite, cold, on a 2-core machine (README.md, "Tasks")
+BUDGET=1800  # seconds: the per-push tier, cold, on a 2-core machine (README.md, "Testing")
+if [ "$full" = 1 ]; then
+    tier=full marks=()
+else
+    tier=per-push marks=(-m "not full")
+fi
+# Only list the tests: the venv is all that needs.
+for arg in "$@"; do
+    case "$arg" in
+        --collect-only|--co)
+            bash ci/setup.sh --stack "$stack" >&2
+            venv=.venv; [ "$stack" = ngc-25.02 ] || venv=.venv-$stack
+            exec "$venv/bin/python" -m pytest "${marks[@]}" "$@" ;;
+    esac
+done
 # The machine's busy and idle time so far, in clock ticks (/proc/stat: user nice system idle iowait ...).
 machine_cpu() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
 read -r busy0 idle0 < <(machine_cpu)
@@ -78,7 +106,8 @@ only_output_options() {
 }
 started=$SECONDS
 mkdir -p build/ci
-rm -f build/ci/*.xml  # pytest's JUnit files of this run only (ci/durations.py sums them at the end)
+# pytest's JUnit files and collected counts of this run only (ci/durations.py and ci/suite_report.py read them)
+rm -f build/ci/*.xml build/ci/collected-*.txt
 # The machine's speed, so that the times of runs on different machines compare: the seconds one core
 # takes for a fixed Python loop (10^7 additions), before anything else of the run starts. Machines of
 # the same nominal size have differed by a factor of three.
@@ -97,11 +126,13 @@ if [ "$gpu_images" = 1 ]; then
     paths=(tests/nightly)
     parallel=()
 elif [ "$stack" != ngc-25.02 ]; then
+    tier=stack-$stack marks=()  # the nightly's: what it runs of the suite on the other stack, all of it
     venv=.venv-$stack
     bash ci/setup.sh --stack "$stack" --venv "$venv"
     paths=(tests/unit)
     [ "$fast" = 1 ] || paths+=(tests/recipes tests/integration/test_mnist_launchers.py tests/integration/test_precision.py)
 elif [ "$fast" = 1 ]; then
+    tier=unit
     venv=.venv
     bash ci/setup.sh --stack ngc-25.02 --horovod
     paths=(tests/unit)
@@ -113,8 +144,10 @@ else
         # The unit and recipes tiers need no Horovod, Docker engine or SLURM,
         # so they run now, beside the rest of the set-up, which often waits on downloads; the
         # integration tier runs once the set-up is done and they have ended.
-        setsid "$venv/bin/python" -m pytest "${parallel[@]}" --junitxml=build/ci/unit-and-recipes.xml \
-            tests/recipes tests/unit "$@" >build/ci/unit-and-recipes.log 2>&1 &
+        TF_RECIPES_COLLECTED=build/ci/collected-unit-and-recipes.txt \
+            setsid "$venv/bin/python" -m pytest "${parallel[@]}" "${marks[@]}" \
+            --junitxml=build/ci/unit-and-recipes.xml tests/recipes tests/unit "$@" \
+            >build/ci/unit-and-recipes.log 2>&1 &
         unit=$!
         echo "[test] running the unit and recipes tiers beside the set-up (log: build/ci/unit-and-recipes.log," \
              "shown when they end)" >&2
@@ -147,7 +180,9 @@ if [ -n "${unit:-}" ]; then
          "the start):" >&2
     cat build/ci/unit-and-recipes.log
 fi
-"$venv/bin/python" -m pytest "${parallel[@]}" --junitxml=build/ci/tests.xml "${paths[@]}" "$@" || status=$?
+TF_RECIPES_COLLECTED=build/ci/collected-tests.txt \
+    "$venv/bin/python" -m pytest "${parallel[@]}" "${marks[@]}" --junitxml=build/ci/tests.xml "${paths[@]}" "$@" ||
+    status=$?
 if [ -n "${prepare:-}" ]; then
     kill -- -"$prepare" 2>/dev/null || true
     wait "$prepare" 2>/dev/null || true
@@ -165,12 +200,20 @@ cpu=$(awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%d", u[1] * 6
       build/ci/times.txt)
 read -r busy1 idle1 < <(machine_cpu)
 cores() { awk -v c="$1" -v w="$2" 'BEGIN { printf "%.2f", (w > 0 ? c / w : 0) }'; }
-line="ci/test.sh $*: $wall s (set-up $setup s, tests $((wall - setup)) s), exit $status;"
+# The tally against what was collected: green on nothing, or on less than the tier holds, is red. The full
+# tier keeps its report (`invoke nightly --suite` puts it in docs/nightly/suite).
+tallied=(--tier "$tier" --collected build/ci/collected-*.txt)
+if [ "$tier" = full ]; then
+    tallied+=(--report "$report" --command "bash ci/test.sh --full $*" --wall "$wall" --setup "$setup"
+              --cpu "$cpu" --reference "$reference")
+fi
+python3 ci/suite_report.py "${tallied[@]}" --junit build/ci/*.xml || { [ "$status" != 0 ] || status=1; }
+line="ci/test.sh ($tier tier) $*: $wall s (set-up $setup s, tests $((wall - setup)) s), exit $status;"
 line+=" user+system of its processes $cpu s ($(cores "$cpu" "$wall") cores);"
 line+=" the machine's $(nproc) cores $(cores "$(( (busy1 - busy0) * $(nproc) ))" "$(( busy1 - busy0 + idle1 - idle0 ))") busy;"
 line+=" its reference loop $reference s"
-if [ "$fast" = 0 ] && [ "$gpu_images" = 0 ] && [ "$stack" = ngc-25.02 ] && [ "$wall" -gt "$BUDGET" ]; then
-    line+="; over the suite's budget of $BUDGET s"
+if [ "$tier" = per-push ] && [ "$wall" -gt "$BUDGET" ]; then
+    line+="; over the per-push tier's budget of $BUDGET s"
 fi
 echo "[test] $line" >&2
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then

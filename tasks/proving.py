@@ -86,13 +86,24 @@ def bench(c, recipe, replicas=None, launchers=EVERY_LAUNCHER, rounds="3", gpus="
         "out": "folder for report.json, junit.xml, summary.md and history.png (default results/nightly/TIER)",
         "matrix": "the matrix file",
         "table": "print the matrix table of docs/nightly.md, rendered from the matrix file; run nothing",
+        "suite": "instead of a tier's cells, the test suite's full tier (bash ci/test.sh --full: as root, like the "
+                 "suite), its report in --out (default results/nightly/suite; docs/nightly/suite keeps the last)",
         "dry": "list the cells and their commands, run nothing",
     },
 )
 def nightly(c, tier="smoke", only=None, history=None, out=None, matrix="ci/nightly/matrix.yaml", table=False,
-            dry=False):
-    """Build the images, run every cell of a tier and the README commands, check them, write the report."""
+            suite=False, dry=False):
+    """Build the images, run every cell of a tier and the README commands, check them, write the report;
+    or, with --suite, the test suite's full tier and its report."""
     from ci.nightly import matrix as matrix_file, report, runner
+
+    if suite:
+        out = os.path.abspath(out or os.path.join(host.ROOT, "results", "nightly", "suite"))
+        host.check_creatable("--out", out, dry)
+        code = host.execute(["bash", "ci/test.sh", "--full", "--report", out], dry=dry, cwd=host.ROOT)
+        if code:
+            raise Exit(f"the full tier is red; see {os.path.join(out, 'summary.md')}", code=code)
+        return
 
     out = os.path.abspath(out or os.path.join(host.ROOT, "results", "nightly", tier))
     problem = (user_paths.file_problem("--matrix", os.path.join(host.ROOT, matrix))

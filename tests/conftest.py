@@ -26,6 +26,19 @@ def pytest_collection_modifyitems(config, items):
         work_order.sort(items)
 
 
+def pytest_collection_finish(session):
+    """How many tests this session selected, into the file TF_RECIPES_COLLECTED names: ci/test.sh holds the
+    JUnit files against it (ci/suite_report.py). Under xdist each worker collects the whole selection and
+    writes the same number; the controller collects nothing, so it writes nothing."""
+    path = os.environ.get("TF_RECIPES_COLLECTED")
+    controller = session.config.getoption("numprocesses", None) and not hasattr(session.config, "workerinput")
+    if path and not controller and not session.config.getoption("collectonly"):
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as handle:
+            handle.write(f"{len(session.items)}\n")
+        os.replace(temporary, path)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadscope, with work_order.unit_of as the scope."""

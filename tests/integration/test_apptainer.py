@@ -113,6 +113,7 @@ def test_apptainer_trains_like_docker(sif, engine, tmp_path, name):
         assert path.stat().st_uid == os.getuid(), path
 
 
+@pytest.mark.full  # the night's: every push runs the SIF (above) and one two-node job (test_slurm_cluster.py)
 def test_the_rendered_apptainer_sbatch_script_trains_on_two_nodes_like_docker(sif, engine, tmp_path):
     """`invoke sbatch --sif` on the two-node cluster (ci/slurm-cluster.sh): one multiworker task per
     node, each `srun ... apptainer exec SIF python train.py`, ends with the Docker run's weights. Each

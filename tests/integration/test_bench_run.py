@@ -8,6 +8,9 @@ from bench_reports import png_size
 from ci.bench import report as bench
 from helpers import assert_ok, run_invoke
 
+# In the full tier only: a benchmark; speed is judged by benchmarks every night, not by a push's test.
+pytestmark = pytest.mark.full
+
 PNG_SIZE = tuple(round(inches * bench.FIGURE_DPI) for inches in bench.FIGURE_SIZE_INCHES)
 
 

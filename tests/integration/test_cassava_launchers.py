@@ -25,7 +25,9 @@ import pytest
 from cassava_data import SPLITS
 from helpers import RESULT_FIELDS, assert_ok, read_results, run_invoke
 
-pytestmark = pytest.mark.slow
+# In the full tier only: each recipe under every launcher is the night's; every push proves the launchers
+# with mnist-cnn's parity runs and trains cassava-resnet in one process (tests/recipes/cassava).
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 MULTI = ["mirrored", "horovod"]
 TRAIN_ARGS = ["--max-steps", "5", "--image-size", "64", "--batch-size", "2", "--log-every", "1"]
 LOSS_RTOL = 1e-3  # float32 sums in another order; a different grouping of examples moves losses by >10%

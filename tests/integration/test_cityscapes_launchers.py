@@ -41,7 +41,10 @@ def uninterrupted(prepared, tmp_path_factory):
     return fingerprints
 
 
-@pytest.mark.parametrize("launcher", ["single", "mirrored", "multiworker", "horovod"])
+# Every push runs mirrored (two replicas in one process, resume and official evaluation); the night all four.
+@pytest.mark.parametrize("launcher", [pytest.param("single", marks=pytest.mark.full), "mirrored",
+                                      pytest.param("multiworker", marks=pytest.mark.full),
+                                      pytest.param("horovod", marks=pytest.mark.full)])
 def test_trains_under_every_launcher_and_resumes_exactly(prepared, tmp_path, launcher, uninterrupted, request):
     """A run limited to step 4, then resumed to step 10, ends bit-identical to the 10-step run nobody
     stopped, with batch norm (whose statistics every replica averages every step) and the default

@@ -140,6 +140,7 @@ def test_the_copied_folder_trains_predicts_and_runs_its_slurm_script(carried, tm
 
 
 @pytest.mark.docker
+@pytest.mark.full  # the night's: every push builds and trains in mnist-cnn's image (test_apptainer.py)
 def test_the_copied_folder_builds_its_image_alone_and_trains_in_it(carried, cpu_base):
     """`docker build` with the copied folder as the whole context, as `invoke build --base cpu` builds the
     recipe in the repository (its flags, the same Dockerfile), then one short training in the image."""

@@ -1,9 +1,14 @@
 """The host-overhead benchmark (ci/bench/host_overhead.py) runs and reports every loop."""
 import json
 
+import pytest
+
 from bench_reports import BARE, table_cells
 from error_checks import without_tf_log
 from helpers import assert_ok, run_python
+
+# In the full tier only: a benchmark; speed is judged by benchmarks every night, not by a push's test.
+pytestmark = pytest.mark.full
 
 
 def test_the_benchmark_runs_and_reports_every_loop(tmp_path):

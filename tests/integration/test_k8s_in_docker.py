@@ -29,7 +29,9 @@ from commands.k8s import build_manifests
 from helpers import read_results
 from k8s_docker import docker, logs, pod_run_args, wait_for_exit
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# In the full tier only: Kubernetes in Docker is the night's; every push validates the manifests
+# (tests/unit/test_k8s_manifests.py).
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.full]
 RUN_TIMEOUT = 600
 MNIST_ARGS = ["--synthetic", "--max-steps", "8", "--log-every", "4"]
 # What a worker pod asks for here; the rest of the manifest is as `invoke k8s` renders it.

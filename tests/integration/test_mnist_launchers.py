@@ -67,6 +67,7 @@ def test_launcher_trains_and_writes_results(acceptance_runs, launcher):
     assert "eagerly has significant overhead" not in process.stdout + process.stderr
 
 
+@pytest.mark.full  # the night's: one more run per launcher; every push trains with --steps-per-loop 10
 @pytest.mark.parametrize("launcher", ["single"] + MULTI)
 def test_several_steps_per_call_train_the_same_model_as_one(acceptance_runs, launcher, tmp_path):
     """The acceptance runs use the default --steps-per-loop 10; one step per call must end with
@@ -119,7 +120,8 @@ def within_parity(run, reference) -> bool:
             and all(np.allclose(weights[k], expected[k], rtol=0, atol=WEIGHT_ATOL) for k in expected))
 
 
-@pytest.fixture(scope="module", params=sorted(OPTIMIZERS))
+# Every push runs SGD's, which has both negative controls; the night runs Adam's too.
+@pytest.fixture(scope="module", params=[pytest.param("adam", marks=pytest.mark.full), "sgd"])
 def parity_runs(tmp_path_factory, request):
     optimizer = OPTIMIZERS[request.param]
     tmp = tmp_path_factory.mktemp(f"parity-{request.param}")

@@ -10,7 +10,9 @@ import pytest
 
 from helpers import REPO, read_results
 
-pytestmark = pytest.mark.slow
+# In the full tier only: the night's; every push runs one multiworker job over the SLURM cluster's two nodes
+# (test_slurm_cluster.py).
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 NAMESPACE, HOST_A, HOST_B = "tfr-node-b", "10.231.7.1", "10.231.7.2"
 
 

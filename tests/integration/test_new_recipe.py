@@ -109,6 +109,8 @@ def launcher_runs(repo, request):
     return runs
 
 
+# The night's: the new recipe is mnist-cnn renamed, whose parity every push proves (test_mnist_launchers.py).
+@pytest.mark.full
 @pytest.mark.parametrize("launcher", ["mirrored", "multiworker", "horovod"])
 def test_it_trains_the_same_model_under_every_launcher(launcher_runs, launcher):
     results = read_results(launcher_runs[launcher])
@@ -122,6 +124,7 @@ def test_it_trains_the_same_model_under_every_launcher(launcher_runs, launcher):
 
 
 @pytest.mark.docker
+@pytest.mark.full  # the night's: every push builds and trains in mnist-cnn's image (test_apptainer.py)
 def test_it_builds_its_cpu_image_and_trains_in_it(repo, cpu_base, engine, tmp_path):
     root, _ = repo
     build = invoke_in(root, "build", NAME, "--base", "cpu", timeout=1800)

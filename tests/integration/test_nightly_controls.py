@@ -22,6 +22,9 @@ import pytest
 from ci.nightly import issues
 from helpers import REPO, run_invoke
 
+# In the full tier only: the nightly runner's negative controls run where the runner runs, every night.
+pytestmark = pytest.mark.full
+
 
 # -- negative controls: a real night that must be red, naming each bad cell --------------------------
 

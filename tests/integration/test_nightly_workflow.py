@@ -34,7 +34,9 @@ import yaml
 
 from helpers import REPO
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# In the full tier only: the nightly workflow under act is the night's; every push checks the workflows
+# offline (tests/unit/test_workflows.py).
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.full]
 WORKFLOW = REPO / ".github" / "workflows" / "nightly.yml"
 ACT = os.path.join(os.path.dirname(sys.executable), "act")
 # A cold machine builds the CPU base (Horovod from source) and the mnist-cnn image first.

@@ -132,6 +132,7 @@ def halvings(results):
     return halved
 
 
+@pytest.mark.full  # the precision runs under every launcher are the night's
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_float16_with_xla_skips_overflowed_steps_on_every_replica_alike(runs, launcher):
     results = read_results(runs(launcher)["whole"])
@@ -150,6 +151,7 @@ def test_float16_with_xla_skips_overflowed_steps_on_every_replica_alike(runs, la
     assert all(np.isfinite(losses(runs(launcher)["whole"])))
 
 
+@pytest.mark.full  # the precision runs under every launcher are the night's
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_float16_with_xla_resumes_exactly_loss_scale_included(runs, launcher):
     whole, parts = (read_results(runs(launcher)[name]) for name in ("whole", "parts"))
@@ -160,6 +162,7 @@ def test_float16_with_xla_resumes_exactly_loss_scale_included(runs, launcher):
     assert parts["losses"] == [entry for entry in whole["losses"] if entry["step"] == STEPS]
 
 
+@pytest.mark.full  # the precision runs under every launcher are the night's
 @pytest.mark.parametrize("name", sorted(ALONE))
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_each_flag_alone_trains_the_one_device_model_in_sync(runs, launcher, name):
@@ -185,6 +188,7 @@ def test_each_flag_alone_trains_the_one_device_model_in_sync(runs, launcher, nam
 TWO_REPLICAS = [launcher for launcher in LAUNCHERS if REPLICAS[launcher] == 2]
 
 
+@pytest.mark.full  # the precision runs under every launcher are the night's
 @pytest.mark.skipif(len(TWO_REPLICAS) < 2, reason="needs two launchers with 2 replicas")
 @pytest.mark.parametrize("name", ["whole", "parts", *sorted(ALONE)])
 def test_launchers_with_two_replicas_end_bit_identical(runs, name):
@@ -192,10 +196,18 @@ def test_launchers_with_two_replicas_end_bit_identical(runs, name):
     assert len({fp for each in prints.values() for fp in each}) == 1, prints
 
 
-def test_a_float16_checkpoint_resumed_in_another_precision_is_one_line(runs):
+@pytest.fixture(scope="module")
+def float16_run(tmp_path_factory):
+    """A float16 + XLA run of RESUME_AT steps on one device, ended: its checkpoint holds a loss scale."""
+    folder = tmp_path_factory.mktemp("float16-run")
+    assert_ok(invoke_local(folder, "single", *float16_xla_args("single", RESUME_AT)))
+    return folder
+
+
+def test_a_float16_checkpoint_resumed_in_another_precision_is_one_line(float16_run):
     """A checkpoint with a loss scale does not restore into an optimizer without one (and a resume in
     another precision would not continue the same run): one line naming both precisions and the flag."""
-    whole = runs("single")["whole"]
+    whole = float16_run
     for amp in ([], ["--amp"]):  # float32, and a bare --amp: bfloat16 on the CPU
         process = run_python("recipes/mnist-cnn/train.py", *COMMON, "--batch-size", str(GLOBAL_BATCH),
                              "--max-steps", str(STEPS), "--results-dir", str(whole), "--resume", *amp,

@@ -241,6 +241,7 @@ def test_multiworker_runs_one_task_on_each_of_two_nodes(two_nodes, one_node_job,
         job.remove_files()
 
 
+@pytest.mark.full  # the night's: every push runs one two-node job (multiworker, above) and horovod locally
 def test_horovod_ranks_start_through_srun_mpi_pmix_on_two_nodes(two_nodes, horovod_with_mpi, one_node_job, tmp_path):
     script = render(tmp_path, "horovod", *TRAIN, nodes=2)
     assert re.search(r'^srun --kill-on-bad-exit=1 --mpi=pmix python "\$RECIPE_DIR/train.py" --launcher horovod ',
@@ -262,6 +263,7 @@ CPU_PROBE = ("python -c 'import os; print(\"cpus\", os.environ[\"SLURMD_NODENAME
              "len(os.sched_getaffinity(0)))'")
 
 
+@pytest.mark.full  # the night's: a second two-node job
 def test_every_srun_task_may_use_the_cpus_per_task_it_asked_for(two_nodes, tmp_path):
     """2 nodes x 1 task x 2 CPUs. The script as rendered, but for what its srun line starts: a probe
     instead of train.py. SLURM_EXACT=1 gives each task only what srun asks for, as tasks that share a

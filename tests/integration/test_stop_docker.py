@@ -12,7 +12,9 @@ import pytest
 from helpers import assert_ok, read_results, run_invoke
 from jobs import Job
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# In the full tier only: the longer stop cases are the night's; every push stops and resumes a job, and a
+# terminal's Ctrl-C (test_stop_resume.py).
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.full]
 STEPS = 60
 
 

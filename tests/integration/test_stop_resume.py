@@ -30,9 +30,11 @@ PROCESSES = {"single": 1, "mirrored": 1, "multiworker": 2, "horovod": 2}
 # SIGTERM handler with MultiWorkerMirroredStrategy, and each Horovod rank installs its own. A one-process
 # job (single, mirrored) has one handler for both signals, so SIGTERM alone there. SLURM's --signal
 # sends SIGUSR1 to every task of a job (tests/integration/test_stop_slurm.py).
-CASES = [("single", "SIGTERM"), ("mirrored", "SIGTERM"),
-         ("multiworker", "SIGTERM"), ("multiworker", "SIGUSR1"),
-         ("horovod", "SIGTERM"), ("horovod", "SIGUSR1")]
+# Every push stops multiworker with SIGTERM, the signal TensorFlow takes over; the night runs every case.
+FULL = pytest.mark.full
+CASES = [pytest.param("single", "SIGTERM", marks=FULL), pytest.param("mirrored", "SIGTERM", marks=FULL),
+         ("multiworker", "SIGTERM"), pytest.param("multiworker", "SIGUSR1", marks=FULL),
+         pytest.param("horovod", "SIGTERM", marks=FULL), pytest.param("horovod", "SIGUSR1", marks=FULL)]
 
 
 def invoke_args(launcher, results_dir, *train_args):
@@ -105,7 +107,9 @@ def test_a_stopped_job_checkpoints_together_and_resumes_exactly(launcher, signam
     assert read_results(tmp_path)["replica_fingerprints"] == uninterrupted(launcher)
 
 
-@pytest.mark.parametrize("launcher", ["single", "multiworker", "horovod"])
+# Every push interrupts multiworker's process group of three (invoke, spawn, the workers); the night all three.
+@pytest.mark.parametrize("launcher", [pytest.param("single", marks=FULL), "multiworker",
+                                      pytest.param("horovod", marks=FULL)])
 def test_a_terminal_s_ctrl_c_stops_like_sigterm_and_resumes_exactly(launcher, tmp_path, uninterrupted, request):
     """Ctrl-C sends SIGINT to the whole foreground process group: invoke, tf_recipes.operations.spawn and every worker.
     The job checkpoints together and exits 143, as on SIGTERM, and --resume ends where a run nobody stopped

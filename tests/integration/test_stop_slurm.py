@@ -16,7 +16,9 @@ import pytest
 from helpers import assert_ok, read_results
 from test_slurm_cluster import Job, render, submit_script
 
-pytestmark = pytest.mark.slow
+# In the full tier only: the longer stop cases are the night's (a requeue waits minutes); every push stops
+# and resumes a job (test_stop_resume.py).
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 TRAIN = ["--synthetic", "--batch-size", "32", "--max-steps", "80", "--log-every", "1"]
 
 

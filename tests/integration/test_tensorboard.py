@@ -29,7 +29,7 @@ print(json.dumps(scalars))
 """
 
 
-@pytest.mark.parametrize("launcher", ["single", "multiworker"])
+@pytest.mark.parametrize("launcher", ["single", pytest.param("multiworker", marks=pytest.mark.full)])
 def test_event_files_hold_the_logged_values(tmp_path, launcher):
     replicas = "1" if launcher == "single" else "2"
     assert_ok(run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher, "--cpu-replicas", replicas,

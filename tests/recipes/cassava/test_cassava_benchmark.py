@@ -36,6 +36,7 @@ def test_the_seed_pipeline_reads_the_files_only_in_its_first_epoch(cassava_data_
     assert sorted(first.tolist()) == sorted(later.tolist())
 
 
+@pytest.mark.full  # a benchmark's run, the night's
 def test_the_benchmark_reads_the_given_data_dir_and_reports_every_figure(cassava_data_dir, tmp_path):
     work, report_path = tmp_path / "work", tmp_path / "report.json"
     process = run_python("recipes/cassava-resnet/benchmark_input.py", "--data-dir", str(cassava_data_dir),
@@ -72,6 +73,7 @@ def test_a_data_dir_without_cassava_is_named(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.full  # a benchmark's run, the night's
 def test_the_benchmark_runs_on_generated_photos_and_reports_every_figure(tmp_path):
     report_path = tmp_path / "report.json"
     process = run_python("recipes/cassava-resnet/benchmark_input.py", "--photos", "40", "--rounds", "1",

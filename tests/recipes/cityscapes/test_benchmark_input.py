@@ -58,6 +58,7 @@ def run_benchmark(*args):
                           timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
+@pytest.mark.full  # a benchmark's run, the night's
 def test_the_benchmark_reads_the_given_data_dir_and_reports_every_figure(prepared, tmp_path):
     work, report_path = tmp_path / "work", tmp_path / "report.json"
     process = run_benchmark("--data-dir", str(prepared), "--work-dir", str(work), "--rounds", "1",

@@ -4,9 +4,15 @@ train it, the recipe to its target; the README's Results section is rendered fro
 import hashlib
 import json
 
+import pytest
+
 from ci import results as results_section
 from cityscapes_data import prepared  # noqa: F401 (fixture)
 from helpers import assert_ok, read_results, run_python
+
+# In the full tier only: a benchmark run whole, the night's; every push trains the recipe and scores it
+# (test_train.py, test_labels.py).
+pytestmark = pytest.mark.full
 
 
 def test_the_benchmark_runs_the_recipe_and_both_baselines_and_its_report_makes_the_results_section(
