@@ -10,7 +10,7 @@ that died, a session that stopped early) or a test that skipped. A skip in a tie
 so there is none: what cannot run on a machine fails there, saying why (TF_RECIPES_STRICT=1).
 
 The collected counts are files tests/conftest.py writes at the end of collection, one number each (the tests
-a pytest session selected), when TF_RECIPES_COLLECTED names the file.
+a pytest session selected), when pytest's --collected-file names the file.
 
 With --report DIR it also writes the run's report: report.json (date, commit, tier, the tally, the times and
 the machine's reference loop, the slowest modules) and summary.md, the same in a few lines. `invoke nightly

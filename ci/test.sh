@@ -144,10 +144,9 @@ else
         # The unit and recipes tiers need no Horovod, Docker engine or SLURM,
         # so they run now, beside the rest of the set-up, which often waits on downloads; the
         # integration tier runs once the set-up is done and they have ended.
-        TF_RECIPES_COLLECTED=build/ci/collected-unit-and-recipes.txt \
-            setsid "$venv/bin/python" -m pytest "${parallel[@]}" "${marks[@]}" \
-            --junitxml=build/ci/unit-and-recipes.xml tests/recipes tests/unit "$@" \
-            >build/ci/unit-and-recipes.log 2>&1 &
+        setsid "$venv/bin/python" -m pytest "${parallel[@]}" "${marks[@]}" \
+            --junitxml=build/ci/unit-and-recipes.xml --collected-file=build/ci/collected-unit-and-recipes.txt \
+            tests/recipes tests/unit "$@" >build/ci/unit-and-recipes.log 2>&1 &
         unit=$!
         echo "[test] running the unit and recipes tiers beside the set-up (log: build/ci/unit-and-recipes.log," \
              "shown when they end)" >&2
@@ -180,9 +179,8 @@ if [ -n "${unit:-}" ]; then
          "the start):" >&2
     cat build/ci/unit-and-recipes.log
 fi
-TF_RECIPES_COLLECTED=build/ci/collected-tests.txt \
-    "$venv/bin/python" -m pytest "${parallel[@]}" "${marks[@]}" --junitxml=build/ci/tests.xml "${paths[@]}" "$@" ||
-    status=$?
+"$venv/bin/python" -m pytest "${parallel[@]}" "${marks[@]}" --junitxml=build/ci/tests.xml \
+    --collected-file=build/ci/collected-tests.txt "${paths[@]}" "$@" || status=$?
 if [ -n "${prepare:-}" ]; then
     kill -- -"$prepare" 2>/dev/null || true
     wait "$prepare" 2>/dev/null || true

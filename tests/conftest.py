@@ -26,28 +26,21 @@ def pytest_collection_modifyitems(config, items):
         work_order.sort(items)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--collected-file", metavar="FILE",
+                     help="write how many tests this session selected into FILE (ci/test.sh's tally, "
+                          "ci/suite_report.py)")
+
+
 def pytest_collection_finish(session):
-    """How many tests this session selected, into the file TF_RECIPES_COLLECTED names: ci/test.sh holds the
-    JUnit files against it (ci/suite_report.py). Under xdist each worker collects the whole selection and
-    writes the same number; the controller collects nothing, so it writes nothing."""
-    path = os.environ.get("TF_RECIPES_COLLECTED")
+    """How many tests this session selected, into the file --collected-file names: ci/test.sh holds the JUnit
+    files against it (ci/suite_report.py). An option, not an environment variable, so that the pytest runs
+    a test starts do not inherit it. Under xdist each worker collects the whole selection and writes the
+    same number; the controller collects nothing, so it writes nothing."""
+    path = session.config.getoption("collected_file")
     controller = session.config.getoption("numprocesses", None) and not hasattr(session.config, "workerinput")
     if path and not controller and not session.config.getoption("collectonly"):
         temporary = f"{path}.{os.getpid()}.tmp"
         with open(temporary, "w") as handle:
             handle.write(f"{len(session.items)}\n")
         os.replace(temporary, path)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """--dist loadscope, with work_order.unit_of as the scope."""
-    if config.getoption("dist") != "loadscope":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class Units(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return work_order.unit_of(nodeid)
-
-    return Units(config, log)

@@ -198,9 +198,11 @@ def test_launchers_with_two_replicas_end_bit_identical(runs, name):
 
 @pytest.fixture(scope="module")
 def float16_run(tmp_path_factory):
-    """A float16 + XLA run of RESUME_AT steps on one device, ended: its checkpoint holds a loss scale."""
+    """A float16 run of one step on one device, ended: its checkpoint holds a loss scale. (Without XLA,
+    whose compile would take most of a push's minute here.)"""
     folder = tmp_path_factory.mktemp("float16-run")
-    assert_ok(invoke_local(folder, "single", *float16_xla_args("single", RESUME_AT)))
+    assert_ok(invoke_local(folder, "single", *COMMON, "--batch-size", str(GLOBAL_BATCH), "--amp", "float16",
+                           "--max-steps", "1"))
     return folder
 
 

@@ -45,7 +45,8 @@ def read_verdict(results_dir):
         return json.load(handle)
 
 
-@pytest.mark.parametrize("launcher", ["multiworker", "horovod"])
+# Every push checks multiworker's; horovod's all-reduce is proven per push by the parity runs and the frozen rank.
+@pytest.mark.parametrize("launcher", ["multiworker", pytest.param("horovod", marks=pytest.mark.full)])
 def test_two_processes_pass_with_the_exact_sum(launcher, tmp_path, request):
     if launcher == "horovod":
         request.getfixturevalue("require_horovod")
@@ -128,6 +129,7 @@ def test_a_frozen_horovod_rank_is_named_within_the_deadline(tmp_path, require_ho
     assert "error: preflight (horovod) failed: rank 1 (" in "".join(job.stderr)
 
 
+@pytest.mark.full  # the night's: every push runs one two-node job and `invoke preflight` itself
 def test_the_sbatch_preflight_step_checks_the_tasks_before_training(slurm_cluster, tmp_path):
     script = tmp_path / "job.sbatch"
     assert_ok(run_invoke("sbatch", "mnist-cnn", "--launcher", "multiworker", "--nodes", "1", "--gpus-per-node", "0",

@@ -42,7 +42,9 @@ NOT_RUN_HERE = {
     "bash ci/setup.sh":
         "sets up the machine this suite runs on (.venv, TensorFlow, Horovod's build); CI runs it before the suite",
     "bash ci/test.sh":
-        "the whole test suite, this file included",
+        "the test suite's per-push tier, this file included",
+    "bash ci/test.sh --full":
+        "the test suite's full tier, this file included (every night)",
     ".venv/bin/python -m ci.bench.host_overhead --batch-size 1 --steps 1500 --rounds 5 "
     "--json docs/bench/host-overhead.json":
         "the kept measurement: as written it replaces docs/bench/host-overhead.json",

@@ -14,6 +14,10 @@ REPO = Path(__file__).resolve().parents[2]
 SUITE = {
     "test_a.py": "def test_one():\n    pass\n\ndef test_two():\n    pass\n",
     "test_b.py": "import pytest\n\n@pytest.mark.full\ndef test_nightly():\n    pass\n\ndef test_three():\n    pass\n",
+    # A test that runs pytest itself, as tests/unit/test_test_order.py does: its session selects 1 test.
+    "test_c.py": ("import subprocess, sys\n\ndef test_inner_pytest():\n"
+                  "    subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',"
+                  " '-k', 'test_one', 'test_a.py'], check=True, capture_output=True)\n"),
 }
 
 
@@ -26,9 +30,9 @@ def run_suite(folder: Path, *args: str) -> tuple[Path, Path]:
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    full: the full tier\n")
     junit, count = folder / "junit.xml", folder / "collected.txt"
     process = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
-                              f"--junitxml={junit}", *args], cwd=folder, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "TF_RECIPES_COLLECTED": str(count),
-                                  "PYTHONPATH": os.pathsep.join(map(str, (REPO / "tests", REPO)))})
+                              f"--junitxml={junit}", f"--collected-file={count}", *args], cwd=folder,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (REPO / "tests", REPO)))})
     assert junit.is_file(), process.stdout[-2000:] + process.stderr[-2000:]
     return junit, count
 
@@ -46,30 +50,31 @@ def per_push(tmp_path_factory):
 
 def test_the_selection_is_counted_once_per_session_and_a_whole_run_is_green(per_push):
     junit, count = per_push
-    assert count.read_text() == "3\n"  # the full-tier test deselected; both workers wrote the same number
+    # The full-tier test deselected; both workers wrote the same number; the inner pytest wrote nothing.
+    assert count.read_text() == "4\n"
     process = report(junit, count)
     assert process.returncode == 0, process.stderr
-    assert process.stderr.strip() == "[test] the per-push tier: 3 collected, 3 ran: 3 passed, 0 failed, 0 skipped"
+    assert process.stderr.strip() == "[test] the per-push tier: 4 collected, 4 ran: 4 passed, 0 failed, 0 skipped"
 
 
 def test_fewer_reported_than_collected_is_red(per_push, tmp_path):
     junit, _ = per_push
     more = tmp_path / "collected.txt"
-    more.write_text("4\n")  # one test never reported: a worker that died, a session that stopped early
+    more.write_text("5\n")  # one test never reported: a worker that died, a session that stopped early
     process = report(junit, more)
     assert process.returncode == 1
-    assert "not green: 1 of the 4 tests collected never reported a result" in process.stderr
+    assert "not green: 1 of the 5 tests collected never reported a result" in process.stderr
 
 
 def test_a_skip_is_red(tmp_path):
-    SUITE["test_c.py"] = "import pytest\n\ndef test_skipped():\n    pytest.skip('no engine here')\n"
+    SUITE["test_d.py"] = "import pytest\n\ndef test_skipped():\n    pytest.skip('no engine here')\n"
     try:
         junit, count = run_suite(tmp_path / "skips")
     finally:
-        del SUITE["test_c.py"]
+        del SUITE["test_d.py"]
     process = report(junit, count)
     assert process.returncode == 1
-    assert "5 collected, 5 ran: 4 passed, 0 failed, 1 skipped; not green: 1 skipped" in process.stderr
+    assert "6 collected, 6 ran: 5 passed, 0 failed, 1 skipped; not green: 1 skipped" in process.stderr
 
 
 def test_nothing_collected_or_no_count_is_red(per_push, tmp_path):
@@ -89,9 +94,9 @@ def test_the_report_holds_the_tally_the_times_and_the_machine(per_push, tmp_path
                                           "--reference", "0.7", "--command", "bash ci/test.sh --full"))
     assert process.returncode == 0, process.stderr
     kept = json.loads((out / "report.json").read_text())
-    assert kept["tests"] == {"ran": 3, "passed": 3, "failed": 0, "skipped": 0} and kept["collected"] == 3
+    assert kept["tests"] == {"ran": 4, "passed": 4, "failed": 0, "skipped": 0} and kept["collected"] == 4
     assert kept["verdict"] == "green" and kept["seconds"] == {"wall": 100, "setup": 40, "cpu": 180}
     assert kept["machine"]["reference_loop_seconds"] == 0.7 and len(kept["git"]["commit"]) == 40
-    assert {module for module, _ in kept["slowest_modules"]} == {"test_a.py", "test_b.py"}
+    assert {module for module, _ in kept["slowest_modules"]} == {"test_a.py", "test_b.py", "test_c.py"}
     summary = (out / "summary.md").read_text()
-    assert "3 passed, 0 failed, 0 skipped, of 3 collected" in summary and "reference loop 0.7 s" in summary
+    assert "4 passed, 0 failed, 0 skipped, of 4 collected" in summary and "reference loop 0.7 s" in summary
