@@ -44,3 +44,17 @@ def pytest_collection_finish(session):
         with open(temporary, "w") as handle:
             handle.write(f"{len(session.items)}\n")
         os.replace(temporary, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadscope, with work_order.unit_of as the scope."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_order.unit_of(nodeid)
+
+    return Units(config, log)

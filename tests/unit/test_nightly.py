@@ -202,6 +202,13 @@ def test_dry_lists_every_cell_with_its_command_and_runs_nothing(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_suite_runs_the_full_tier_into_its_out_and_dry_runs_nothing(tmp_path):
+    process = run_invoke("nightly", "--suite", "--dry", "--out", str(tmp_path / "suite"), timeout=60)
+    assert_ok(process)
+    assert process.stdout.strip() == f"+ bash ci/test.sh --full --report {tmp_path / 'suite'}"
+    assert not any(tmp_path.iterdir())
+
+
 # -- the gpu tier runs where its GPUs are ---------------------------------------------------------
 
 def test_a_gpu_tier_where_no_cell_can_run_names_why_in_one_line():
