@@ -24,7 +24,10 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 
-import durations  # ci/durations.py: run as a script, this file's folder leads sys.path
+try:
+    from ci import durations
+except ImportError:  # run as a script: this file's folder leads sys.path
+    import durations
 
 
 def tally(paths) -> dict:

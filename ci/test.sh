@@ -202,7 +202,7 @@ cores() { awk -v c="$1" -v w="$2" 'BEGIN { printf "%.2f", (w > 0 ? c / w : 0) }'
 # tier keeps its report (`invoke nightly --suite` puts it in docs/nightly/suite).
 tallied=(--tier "$tier" --collected build/ci/collected-*.txt)
 if [ "$tier" = full ]; then
-    tallied+=(--report "$report" --command "bash ci/test.sh --full $*" --wall "$wall" --setup "$setup"
+    tallied+=(--report "$report" --command "bash ci/test.sh --full${*:+ $*}" --wall "$wall" --setup "$setup"
               --cpu "$cpu" --reference "$reference")
 fi
 python3 ci/suite_report.py "${tallied[@]}" --junit build/ci/*.xml || { [ "$status" != 0 ] || status=1; }

@@ -100,3 +100,19 @@ def test_the_report_holds_the_tally_the_times_and_the_machine(per_push, tmp_path
     assert {module for module, _ in kept["slowest_modules"]} == {"test_a.py", "test_b.py", "test_c.py"}
     summary = (out / "summary.md").read_text()
     assert "4 passed, 0 failed, 0 skipped, of 4 collected" in summary and "reference loop 0.7 s" in summary
+
+
+def test_the_kept_report_of_the_full_tier_is_a_green_full_run_and_its_summary_is_made_from_it():
+    """docs/nightly/suite, as `invoke nightly --suite` wrote it: a full tier green on all it collected, and a
+    summary.md that is what ci/suite_report.py makes of its report.json (neither edited by hand)."""
+    from ci import suite_report
+
+    kept = REPO / "docs" / "nightly" / "suite"
+    report = json.loads((kept / "report.json").read_text())
+    assert (report["tier"], report["verdict"]) == ("full", "green")
+    counts = report["tests"]
+    assert counts["passed"] == counts["ran"] == report["collected"] and counts["failed"] == counts["skipped"] == 0
+    assert report["command"].startswith("bash ci/test.sh --full") and len(report["git"]["commit"]) == 40
+    assert report["seconds"]["wall"] > report["seconds"]["setup"] > 0
+    assert report["machine"]["reference_loop_seconds"] > 0
+    assert (kept / "summary.md").read_text() == suite_report.summary_markdown(report)
