@@ -1,11 +1,12 @@
 """How the recipes are proven.
 
 - `setup.sh`, `test.sh`, `docker-engine.sh`, `slurm-cluster.sh`, `measure-image.sh`: set up a machine
-  and run the test suite (`bash ci/test.sh --fast` for the unit tier, `bash ci/test.sh` for all, on two
-  pytest workers); `prepare-images.sh`: the images the container tests use, built in the background
-  while the first tests run; `reaper.py`: what `test.sh` runs under, so that the daemons a run starts
-  stop when it ends and their CPU time is counted; `durations.py`: each test module's time, which
-  `test.sh` prints at its end.
+  and run the test suite on two pytest workers (`bash ci/test.sh --fast` for the unit tests, `bash
+  ci/test.sh` for the per-push tier, `bash ci/test.sh --full` for every test); `prepare-images.sh`: the
+  images the container tests use, built in the background while the first tests run; `reaper.py`: what
+  `test.sh` runs under, so that the daemons a run starts stop when it ends and their CPU time is counted;
+  `durations.py`: each test module's time, which `test.sh` prints at its end; `suite_report.py`: a tier's
+  tally against what it collected (green on less is red), and the full tier's report.
 - `debian-rootfs.sh`: a fresh Debian root file system (bookworm or trixie) in which the README's quick
   start is run as a newcomer runs it (tests/integration/test_quickstart_debian.py); sid for `apptainer.sh`.
 - `apptainer.sh`: an `apptainer` command on machines without one (on Debian 12: Debian unstable's, in a
