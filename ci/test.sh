@@ -23,7 +23,7 @@
 #                                   # summary.md) to build/ci/report, or to --report DIR
 #   bash ci/test.sh --full --collect-only -q   # lists the tier's tests: .venv only, nothing else set up
 #   bash ci/test.sh -k parity       # extra arguments go to pytest
-#   bash ci/test.sh --fast          # tests/unit only, under 3 minutes: ci/setup.sh, no Docker, no SLURM
+#   bash ci/test.sh --fast          # tests/unit only: ci/setup.sh with Horovod, no Docker, no SLURM
 #   bash ci/test.sh --fast -k k8s   # extra arguments go to pytest here too
 #   bash ci/test.sh --stack current         # the current stack (newest TensorFlow) in .venv-current:
 #                                           # the unit and recipes tiers and the launcher parity
@@ -42,10 +42,10 @@
 # (ci/prepare-images.sh, with the Horovod wheel compiled here) until the integration tests need
 # them. A tier is green only on all it holds: when fewer tests reported than it collected, or any
 # skipped, it fails (ci/suite_report.py). Every run ends with each test module's time, the slowest
-# first (ci/durations.py), the tally, and one line of its time: wall clock, set-up, tests, the CPU time of what it waited for and the machine's
-# speed (its reference loop), also appended to $GITHUB_STEP_SUMMARY when that is set, so that growth
-# shows on every CI run and every night; then ci/reaper.py's line with the CPU time of everything
-# the run started, daemons included.
+# first (ci/durations.py), the tally, and one line of its time: wall clock, set-up, tests, the CPU
+# time of what it waited for and the machine's speed (its reference loop), also appended to
+# $GITHUB_STEP_SUMMARY when that is set, so that growth shows on every CI run and every night; then
+# ci/reaper.py's line with the CPU time of everything the run started, daemons included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -119,6 +119,7 @@ for i in range(10 ** 7):
 print(f"{time.perf_counter() - started:.2f}")')
 
 if [ "$gpu_images" = 1 ]; then
+    tier=gpu-images
     venv=.venv
     bash ci/setup.sh --stack ngc-25.02
     bash ci/docker-engine.sh >/dev/null
