@@ -91,7 +91,10 @@ def write_report(folder: pathlib.Path, report: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in (("report.json", json.dumps(report, indent=2) + "\n"), ("summary.md", summary_markdown(report))):
         temporary = folder / f".{name}.tmp"
-        temporary.write_text(text)
+        with open(temporary, "w") as handle:  # a kept report is whole or absent: write, fsync, rename
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(temporary, folder / name)
 
 
