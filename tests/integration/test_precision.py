@@ -26,6 +26,7 @@ import pytest
 
 from error_checks import TF_LOG_LINE, assert_one_line_error
 from helpers import assert_ok, read_results, run_invoke, run_python, stack_launchers
+from image_folder_data import write_image_folder
 from test_mnist_launchers import load_weights, losses
 
 pytestmark = pytest.mark.slow
@@ -198,22 +199,23 @@ def test_launchers_with_two_replicas_end_bit_identical(runs, name):
 
 @pytest.fixture(scope="module")
 def float16_run(tmp_path_factory):
-    """A float16 run of one step on one device, ended: its checkpoint holds a loss scale. (Without XLA,
-    whose compile would take most of a push's minute here.)"""
-    folder = tmp_path_factory.mktemp("float16-run")
-    assert_ok(invoke_local(folder, "single", *COMMON, "--batch-size", str(GLOBAL_BATCH), "--amp", "float16",
-                           "--max-steps", "1"))
-    return folder
+    """A float16 run of one step on one device, ended: its checkpoint holds a loss scale. On a folder of
+    18 generated photos (6 held out), not the synthetic set: its final evaluation of 10,000 examples in
+    float16 would take most of a push's minute here; and without XLA, whose compile would too."""
+    root = tmp_path_factory.mktemp("float16")
+    data = ["--data-format", "image-folder", "--data-dir", str(write_image_folder(root / "photos", per_class=(4, 2))),
+            "--batch-size", "4", "--log-every", "1", "--no-export", "--lr-schedule", "constant"]
+    assert_ok(invoke_local(root / "run", "single", *data, "--amp", "float16", "--max-steps", "1"))
+    return root / "run", data
 
 
 def test_a_float16_checkpoint_resumed_in_another_precision_is_one_line(float16_run):
     """A checkpoint with a loss scale does not restore into an optimizer without one (and a resume in
     another precision would not continue the same run): one line naming both precisions and the flag."""
-    whole = float16_run
+    whole, data = float16_run
     for amp in ([], ["--amp"]):  # float32, and a bare --amp: bfloat16 on the CPU
-        process = run_python("recipes/mnist-cnn/train.py", *COMMON, "--batch-size", str(GLOBAL_BATCH),
-                             "--max-steps", str(STEPS), "--results-dir", str(whole), "--resume", *amp,
-                             env={"CUDA_VISIBLE_DEVICES": ""})
+        process = run_python("recipes/mnist-cnn/train.py", *data, "--max-steps", "2", "--results-dir", str(whole),
+                             "--resume", *amp, env={"CUDA_VISIBLE_DEVICES": ""})
         assert process.returncode == 2, process.stderr[-4000:]
         ours = [line for line in process.stderr.splitlines() if line.strip() and not TF_LOG_LINE.match(line)]
         assert len(ours) == 1 and ours[0].startswith("error: "), process.stderr[-4000:]

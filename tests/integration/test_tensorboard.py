@@ -29,13 +29,29 @@ print(json.dumps(scalars))
 """
 
 
+@pytest.fixture(scope="module")
+def logged_run(tmp_path_factory):
+    """A 12-step run logged every 4 steps under LAUNCHER, in RESULTS/a-run, made on first use: the
+    results folder that `tensorboard --logdir RESULTS` serves."""
+    made = {}
+
+    def run(launcher):
+        if launcher not in made:
+            folder = tmp_path_factory.mktemp(launcher) / "results" / "a-run"
+            replicas = "1" if launcher == "single" else "2"
+            assert_ok(run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher, "--cpu-replicas",
+                                 replicas, "--runtime", "local", "--results-dir", str(folder), "--", "--synthetic",
+                                 "--max-steps", "12", "--log-every", "4", "--scale-lr", "--lr-warmup-steps", "8",
+                                 "--lr-schedule", "constant"))
+            made[launcher] = folder
+        return made[launcher]
+
+    return run
+
+
 @pytest.mark.parametrize("launcher", ["single", pytest.param("multiworker", marks=pytest.mark.full)])
-def test_event_files_hold_the_logged_values(tmp_path, launcher):
-    replicas = "1" if launcher == "single" else "2"
-    assert_ok(run_invoke("run", "mnist-cnn", "--gpus", "0", "--launcher", launcher, "--cpu-replicas", replicas,
-                         "--runtime", "local", "--results-dir", str(tmp_path), "--", "--synthetic", "--max-steps",
-                         "12", "--log-every", "4", "--scale-lr", "--lr-warmup-steps", "8",
-                         "--lr-schedule", "constant"))
+def test_event_files_hold_the_logged_values(logged_run, launcher):
+    tmp_path = logged_run(launcher)
     reader = run_python("-c", READ_EVENTS, str(tmp_path / "tensorboard"))
     assert_ok(reader)
     scalars = json.loads(reader.stdout.strip().splitlines()[-1])
@@ -57,14 +73,12 @@ def test_event_files_hold_the_logged_values(tmp_path, launcher):
     assert scalars["eval/accuracy"] == [[12, pytest.approx(test["accuracy"], rel=1e-6)]]
 
 
-def test_tensorboard_lists_the_scalars_of_a_run(tmp_path):
+def test_tensorboard_lists_the_scalars_of_a_run(logged_run):
     """`tensorboard --logdir results/`, as the README shows, serves the run's scalars."""
-    run = tmp_path / "results" / "a-run"
-    assert_ok(run_invoke("run", "mnist-cnn", "--gpus", "0", "--runtime", "local", "--results-dir", str(run), "--",
-                         "--synthetic", "--max-steps", "4", "--log-every", "2"))
+    results = logged_run("single").parent
     port = free_ports(1)[0]
     server = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "tensorboard"), "--logdir",
-                               str(tmp_path / "results"), "--port", str(port), "--host", "localhost"],
+                               str(results), "--port", str(port), "--host", "localhost"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, tags = time.monotonic() + 120, {}

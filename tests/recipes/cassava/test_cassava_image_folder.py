@@ -68,15 +68,9 @@ def test_an_unreadable_photo_is_named(photos, tmp_path):
         input_pipeline.cache_split(folder, "train", 32, str(tmp_path / "cache"), InputShard(1, 0, 2, 2))
 
 
-@pytest.mark.parametrize("damage, needle", [
-    ("empty", "class 'banana' in {root}/train holds no .jpg, .jpeg or .png file"),
-    ("no-val", "class 'cherry' is in {root}/train but not in {root}/val"),
-    ("val-only", "class 'durian' is in {root}/val but not in {root}/train"),
-    # Two classes would be three lines of the export's labels.txt, and every label after it shifted.
-    ("line-break", "class folder 'ban\\nana' in {root}/train: the name holds a line break"),
-])
-def test_a_class_mistake_is_one_line_naming_the_class(tmp_path, damage, needle):
-    root = write_image_folder(tmp_path / "data", per_class=(2, 1))
+def damaged_folder(root, damage):
+    """An image folder with one class mistake: DAMAGED's keys."""
+    root = write_image_folder(root, per_class=(2, 1))
     if damage == "line-break":
         for split in ("train", "val"):
             (root / split / "banana").rename(root / split / "ban\nana")
@@ -90,10 +84,33 @@ def test_a_class_mistake_is_one_line_naming_the_class(tmp_path, damage, needle):
     else:
         (root / "val" / "durian").mkdir()
         write_photo(root / "val" / "durian" / "d.png", 0, np.random.default_rng(0), (32, 32))
+    return root
+
+
+DAMAGED = {
+    "empty": "class 'banana' in {root}/train holds no .jpg, .jpeg or .png file",
+    "no-val": "class 'cherry' is in {root}/train but not in {root}/val",
+    "val-only": "class 'durian' is in {root}/val but not in {root}/train",
+    # Two classes would be three lines of the export's labels.txt, and every label after it shifted.
+    "line-break": "class folder 'ban\\nana' in {root}/train: the name holds a line break",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED)
+def test_a_class_mistake_is_named_when_the_folder_is_read(tmp_path, damage):
+    root = damaged_folder(tmp_path / "data", damage)
+    with pytest.raises(DataError) as raised:
+        read_image_folder(str(root))
+    assert DAMAGED[damage].format(root=root) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_class_mistake_is_one_line_of_train_py_before_anything_is_written(tmp_path):
+    """The same error, as the command line shows it: one line, and no results folder."""
+    root = damaged_folder(tmp_path / "data", "no-val")
     process = run_python(TRAIN, "--data-format", "image-folder", "--data-dir", str(root), "--weights", "none",
                          "--image-size", "32", "--max-steps", "1", "--results-dir", str(tmp_path / "out"),
                          timeout=300)
-    assert_one_line_error(process, tmp_path / "out", needle.format(root=root))
+    assert_one_line_error(process, tmp_path / "out", DAMAGED["no-val"].format(root=root))
 
 
 def test_trains_on_an_image_folder_with_its_own_classes(photos, tmp_path):
