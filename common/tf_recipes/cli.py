@@ -4,84 +4,37 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import sys
 
-from tf_recipes import contract, evaluation, user_paths
-from tf_recipes.config import (AMP_DTYPES, LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RunConfig, Target,
-                               TargetMissed)
-from tf_recipes.contract import COLLECTIVES, LAUNCHERS
+from tf_recipes import contract, stopping, user_paths
+from tf_recipes import config
+from tf_recipes.config import RunConfig, Target, TargetMissed, read_config
 from tf_recipes.stopping import peer_error_summary
 
 
-def _whole(minimum: int, rule: str):
-    """An argparse type: a whole number of at least `minimum`."""
-    def whole(text: str) -> int:
+def argparse_type(parse):
+    """`parse` (text -> value, or a ValueError that says what is wrong) as an argparse type, whose error line
+    says the same."""
+    def typed(text: str):
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} {rule}")
-        return value
-    return whole
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    typed.__name__ = parse.__name__
+    return typed
 
 
-def _real(accept, rule: str):
-    """An argparse type: a finite number (never nan or inf) for which accept(value) holds."""
-    def real(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and accept(value)):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {rule}")
-        return value
-    return real
-
-
-positive_int = _whole(1, "must be at least 1")
-non_negative_int = _whole(0, "must not be negative")
-positive_float = _real(lambda value: value > 0, "a finite number greater than 0")
-# 0 < F < 1: a share of the examples (such as --val-fraction)
-fraction = _real(lambda value: 0 < value < 1, "a fraction between 0 and 1 (both excluded), e.g. 0.2")
-# 0 <= R < 1: a probability that may be zero but never drops everything (such as a dropout rate)
-rate = _real(lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
-# A loss scale: greater than 0, and one that float32 (the scale's variable) holds.
-loss_scale = _real(lambda value: 0 < value <= 3.4028234663852886e38,
-                   "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768")
+# The flags' types (tf_recipes.config's), for the recipes' and the operations' own flags
+positive_int, non_negative_int, positive_float, fraction, rate, loss_scale, step_window = map(argparse_type, (
+    config.positive_int, config.non_negative_int, config.positive_float, config.fraction, config.rate,
+    config.loss_scale, config.step_window))
 
 
 def at_least(minimum: float):
-    """An argparse type: a finite number >= minimum (a deadline with a floor, a fault's seconds)."""
-    return _real(lambda value: value >= minimum, f"a finite number of at least {minimum:g}")
-
-
-def step_window(text: str) -> tuple[int, int]:
-    """--profile START:END, 0 <= START < END."""
-    try:
-        start, end = (int(part) for part in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not START:END, e.g. 10:20") from None
-    if not 0 <= start < end:
-        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= START < END")
-    return start, end
-
-
-def add_precision_flags(group) -> None:
-    """--amp [DTYPE] and --loss-scale-initial (tf_recipes.training.configure_precision and Trainer)."""
-    group.add_argument("--amp", nargs="?", const="auto", default=None, choices=AMP_DTYPES, metavar="DTYPE",
-                       help="mixed precision: compute in 16 bits, keep the weights in float32. DTYPE auto "
-                            "(what a bare --amp means): float16 with loss scaling on a GPU, bfloat16 on the "
-                            "CPU; float16 or bfloat16 force that type anywhere (float16 on the CPU runs the "
-                            "GPU's loss-scaled path, slowly); without --amp everything is float32")
-    group.add_argument("--no-amp", dest="amp", action="store_const", const=None,
-                       help="everything in float32 (undoes an --amp given earlier on the command line)")
-    group.add_argument("--loss-scale-initial", type=loss_scale, default=LOSS_SCALE_INITIAL, metavar="SCALE",
-                       help="float16 only: the first loss scale; every step whose gradients overflow is "
-                            f"skipped and halves it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one "
-                            "double it")
+    """A finite number >= minimum (a deadline with a floor, a fault's seconds)."""
+    return argparse_type(config.at_least(minimum))
 
 
 def folder_flags_problem(args) -> str | None:
@@ -93,39 +46,83 @@ def folder_flags_problem(args) -> str | None:
         {"--data-dir": data_dir}, outputs)
 
 
+# Flags that act on a results folder rather than say what a run is: RESULTS/config.yaml leaves them out
+NOT_KEPT = ("config", "resume")
+
+
 class TrainingParser(argparse.ArgumentParser):
-    """argparse's parser that also refuses, in one line, folder flags that name a file or overlap."""
+    """argparse's parser that also refuses, in one line, folder flags that name a file or overlap, and that
+    runs a kept configuration: `--config FILE` reads RESULTS/config.yaml as the flags it holds, given before
+    the command line's own, which therefore override them. The parsed namespace's `flags` is every flag's
+    value as parsed (the configuration RunConfig.flags keeps), before a recipe resolves its preset."""
 
     def parse_known_args(self, args=None, namespace=None):
-        namespace, extras = super().parse_known_args(args, namespace)
+        args = sys.argv[1:] if args is None else list(args)
+        self._texts = {}  # {name: the text a flag was given}: how config.yaml writes a tuple or a target
+        kept = self._kept_flags(args)
+        namespace, extras = super().parse_known_args([*kept, *args], namespace)
+        namespace.flags = {name: self._plain(name, value) for name, value in sorted(vars(namespace).items())
+                           if name not in NOT_KEPT and name != "flags"}
         user_paths.exit_if(folder_flags_problem(namespace))
         return namespace, extras
+
+    def _get_value(self, action, arg_string):
+        value = super()._get_value(action, arg_string)
+        self._texts[action.dest] = arg_string
+        return value
+
+    def _plain(self, name: str, value):
+        """A flag's value as YAML keeps it: a number, text, a boolean or null as it is; else its text."""
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        return self._texts.get(name, str(value))
+
+    def _kept_flags(self, args: list[str]) -> list[str]:
+        """The flags of --config FILE, if given, checked on their own so that a bad value names the file."""
+        finder = argparse.ArgumentParser(add_help=False)
+        finder.add_argument("--config")
+        if (path := finder.parse_known_args(args)[0].config) is None:
+            return []
+        self._context = f"--config {path}: "
+        try:
+            values = read_config(path)
+        except ValueError as error:
+            self.error(str(error))
+        tokens = [token for name, value in values.items() for token in self._flag_tokens(name, value)]
+        super().parse_known_args(list(tokens))
+        self._context = ""
+        return tokens
+
+    def _flag_tokens(self, name: str, value) -> list[str]:
+        """The command-line words that give flag `name` its kept `value`."""
+        actions = [action for action in self._actions if action.dest == name and action.option_strings]
+        if name in NOT_KEPT or not actions:
+            self.error(f"{name!r} is not a flag of this recipe's configuration; remove it from the file")
+        for action in actions:  # a switch that sets it: --scale-lr/--no-scale-lr, --no-export, --no-amp
+            if isinstance(action, argparse.BooleanOptionalAction) and isinstance(value, bool):
+                return [action.option_strings[not value]]
+            if action.nargs == 0 and type(action.const) is type(value) and action.const == value:
+                return [action.option_strings[0]]
+        taking = [action for action in actions if action.nargs != 0]
+        if value is None or isinstance(value, bool) or not taking:
+            if value != actions[0].default:
+                self.error(f"{name}: {value!r} is not a value any flag gives it")
+            return []
+        return [taking[0].option_strings[0], str(value)]
+
+    _context = ""  # what an error line starts with: the configuration file whose flags are being read
+
+    def error(self, message):
+        super().error(self._context + message)
 
 
 def target_type(metrics: tuple[str, ...]):
     """An argparse type for --target METRIC=VALUE, METRIC one of `metrics` or loss (config.Target.parse)."""
     def target(text: str) -> Target:
-        try:
-            return Target.parse(text, metrics)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
+        return Target.parse(text, metrics)
 
     target.__name__ = "METRIC=VALUE"
-    return target
-
-
-def add_evaluation_flags(parser, metrics: tuple[str, ...]) -> None:
-    """--eval-every and --target (tf_recipes.evaluation, the Trainer's evaluation during training)."""
-    quality = parser.add_argument_group("evaluation during training")
-    quality.add_argument("--eval-every", type=non_negative_int, default=None, metavar="N",
-                         help="evaluate the held-out set every N steps: a point of the learning curve in "
-                              "results.json and TensorBoard (default: every epoch, at most about "
-                              f"{evaluation.POINTS_PER_RUN} times a run; 0: only at the end)")
-    quality.add_argument("--target", type=target_type(metrics), default=None, metavar="METRIC=VALUE",
-                         help="end the run at the first evaluation whose METRIC reaches VALUE (at most "
-                              f"VALUE for the loss), e.g. {metrics[0]}=0.99; results.json records its "
-                              "time_to_target. A run that never reaches it exits with status "
-                              f"{contract.EXIT_TARGET_MISSED}")
+    return argparse_type(target)
 
 
 def add_image_folder_flags(parser, default: str) -> None:
@@ -140,62 +137,39 @@ def add_image_folder_flags(parser, default: str) -> None:
                             "(drawn from --seed)")
 
 
-def training_parser(description: str, *, batch_size: int, epochs: int, lr: float,
-                    metrics: tuple[str, ...] = ("accuracy",)) -> argparse.ArgumentParser:
-    """An argparse parser with the shared flags (`metrics`: what --target may name besides the loss)."""
+GROUPS = ("launch", "training", "evaluation during training", "data", "output")  # --help's, in this order
+
+
+def training_parser(description: str, metrics: tuple[str, ...] = ("accuracy",), **defaults) -> TrainingParser:
+    """An argparse parser with the shared flags: one for each field of RunConfig, made from it (`defaults`:
+    the recipe's own defaults of some, such as batch_size; `metrics`: what --target may name besides the
+    loss), and --config."""
     parser = TrainingParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    run = parser.add_argument_group("launch")
-    run.add_argument("--launcher", choices=LAUNCHERS, default="single",
-                     help="how replicas are created and kept in sync")
-    run.add_argument("--cpu-replicas", type=positive_int, default=1,
-                     help="mirrored launcher without a GPU: split the CPU into this many replicas")
-    run.add_argument("--collective", choices=COLLECTIVES, default="auto",
-                     help="multiworker all-reduce implementation")
-    run.add_argument("--join-timeout", type=positive_float, default=300.0, metavar="SECONDS",
-                     help="multiworker: exit (status 4, naming the missing workers) when the cluster has "
-                          "not formed within this many seconds")
-    train = parser.add_argument_group("training")
-    train.add_argument("--batch-size", type=positive_int, default=batch_size,
-                       help="batch size per replica; the global batch is this times the replicas")
-    train.add_argument("--epochs", type=positive_int, default=epochs)
-    train.add_argument("--max-steps", type=positive_int, default=None,
-                       help="stop after this many global steps (default: all epochs)")
-    train.add_argument("--lr", type=positive_float, default=lr, help="base learning rate")
-    train.add_argument("--scale-lr", action=argparse.BooleanOptionalAction, default=False,
-                       help="multiply the learning rate by the number of replicas")
-    train.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
-                       help="constant: the rate (ramped up to the scaled rate under --scale-lr); cosine: "
-                            "from 0 up to the rate over --lr-warmup-steps, then down to 0 along a half "
-                            "cosine at the end of the last epoch (--max-steps and --target end a run "
-                            "sooner, on the same schedule)")
-    train.add_argument("--lr-warmup-steps", type=non_negative_int, default=100,
-                       help="steps over which the rate ramps up: to the scaled rate (--scale-lr), or to the "
-                            "peak rate (--lr-schedule cosine)")
-    train.add_argument("--seed", type=non_negative_int, default=42,
-                       help="seed for weights, data order and augmentation")
-    add_precision_flags(train)
-    train.add_argument("--xla", action="store_true", help="compile each replica's step with XLA")
-    train.add_argument("--steps-per-loop", type=positive_int, default=10, metavar="K",
-                       help="training steps per compiled call; the host waits for and reads the outputs "
-                            "only every K steps (and at --log-every, checkpoint, --profile and the end)")
-    add_evaluation_flags(parser, metrics)
-    data = parser.add_argument_group("data")
-    data.add_argument("--data-dir", default=None, help="where the dataset is (see the recipe README)")
-    data.add_argument("--synthetic", action="store_true",
-                      help="generated data instead of the dataset: for benchmarks and tests")
-    out = parser.add_argument_group("output")
-    out.add_argument("--results-dir", default=None,
-                     help="results.json, checkpoints and final weights (default: results/RECIPE)")
-    out.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    out.add_argument("--checkpoint-every", type=non_negative_int, default=0,
-                     help="checkpoint every N steps (0: at the end of every epoch)")
-    out.add_argument("--log-every", type=positive_int, default=10, help="print progress every N steps")
-    out.add_argument("--no-export", dest="export", action="store_false",
-                     help="do not write RESULTS/export (the SavedModel for TF Serving and predict.py)")
-    out.add_argument("--warmup-steps", type=non_negative_int, default=5,
-                     help="first steps left out of the throughput figures (tracing, autotuning)")
-    out.add_argument("--profile", type=step_window, default=None, metavar="START:END",
-                     help="write a TensorBoard profiler trace of steps START+1..END to RESULTS/profile")
+    parser.add_argument("--config", metavar="FILE",
+                        help="run the configuration a run kept (RESULTS/config.yaml) again; the flags given "
+                             "beside it override its values")
+    groups = {name: parser.add_argument_group(name) for name in GROUPS}
+    for field in dataclasses.fields(RunConfig):
+        options = dict(field.metadata)
+        if options:
+            group = groups[options.pop("group")]
+            names = options.pop("names", ("--" + field.name.replace("_", "-"),))
+            if "type" in options:
+                options["type"] = argparse_type(options["type"])
+            if options.get("action") == "negatable":
+                options["action"] = argparse.BooleanOptionalAction
+            group.add_argument(*names, dest=field.name, default=field.default, **options)
+        if field.name == "amp":
+            group.add_argument("--no-amp", dest="amp", action="store_const", const=None,
+                               help="everything in float32 (undoes an --amp given earlier on the command "
+                                    "line)")
+        if field.name == "target":
+            groups["evaluation during training"].add_argument(
+                "--target", type=target_type(metrics), default=None, metavar="METRIC=VALUE",
+                help="end the run at the first evaluation whose METRIC reaches VALUE (at most VALUE for the "
+                     f"loss), e.g. {metrics[0]}=0.99; results.json records its time_to_target. A run that "
+                     f"never reaches it exits with status {contract.EXIT_TARGET_MISSED}")
+    parser.set_defaults(**defaults)
     return parser
 
 
@@ -218,19 +192,12 @@ def run_config(args) -> RunConfig:
     return RunConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(RunConfig)})
 
 
-RELEASE_WAIT = 1.0  # seconds: how long leave() waits for a training iterator still being released
-
-
 def leave(status: int) -> None:
-    """Exit with `status`, leaving a training iterator still being released (tf_recipes.training.releasing)
-    after RELEASE_WAIT s behind: under MultiWorkerMirroredStrategy its deletion outlasted the peers by up to
-    a minute (TF 2.17), and everything the run promises is written by then."""
-    training = sys.modules.get("tf_recipes.training")  # loaded only by a process that trained
-    for thread in getattr(training, "releasing", ()):
-        thread.join(RELEASE_WAIT)
-        if thread.is_alive():
-            sys.stdout.flush(), sys.stderr.flush()
-            os._exit(status)
+    """Exit with `status`, without waiting for a thread the run left behind
+    (tf_recipes.stopping.leave_behind): everything the run promises is written by then."""
+    if stopping.left_behind():
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(status)
     sys.exit(status)
 
 

@@ -7,14 +7,22 @@ a benchmark, a test or a notebook builds one in Python:
     config = RunConfig(batch_size=64, epochs=1, max_steps=100, results_dir="/tmp/run")
     trainer = Trainer(create_launcher("single"), "mnist-cnn", config, num_examples=60_000)
 
-The engine (training, checkpoints, evaluation, export) reads these values and never sees argparse. This
-module imports no TensorFlow, so that `train.py --help` and a mistyped flag answer at once.
+The engine (training, checkpoints, evaluation, export) reads these values and never sees argparse. A run
+keeps the flags that made it in RESULTS/config.yaml (`config_yaml`), which `train.py --config FILE` runs
+again (`read_config`, `tf_recipes.cli`). This module imports no TensorFlow, so that `train.py --help` and a
+mistyped flag answer at once.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
+
+import yaml
+
+from tf_recipes.contract import COLLECTIVES, LAUNCHERS
+from tf_recipes.evaluation import POINTS_PER_RUN
 
 
 # --amp DTYPE: the 16-bit type of the computation, never of the weights (they stay float32)
@@ -39,6 +47,71 @@ def amp_flags(policy: str) -> str:
     """The --amp flag that asks for `policy` on any machine, for messages."""
     flags = {"float32": "--no-amp", "mixed_float16": "--amp float16", "mixed_bfloat16": "--amp bfloat16"}
     return flags.get(policy, policy)
+
+
+# ## What a flag's value may be
+# Each reads a flag's text, or raises a ValueError that says what is wrong (tf_recipes.cli makes it the
+# flag's error line).
+
+def _whole(minimum: int, rule: str):
+    """A whole number of at least `minimum`."""
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise ValueError(f"{value} {rule}")
+        return value
+    return whole
+
+
+def _real(accept, rule: str):
+    """A finite number (never nan or inf) for which accept(value) holds."""
+    def real(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and accept(value)):
+            raise ValueError(f"{text!r} is not {rule}")
+        return value
+    return real
+
+
+positive_int = _whole(1, "must be at least 1")
+non_negative_int = _whole(0, "must not be negative")
+positive_float = _real(lambda value: value > 0, "a finite number greater than 0")
+# 0 < F < 1: a share of the examples (such as --val-fraction)
+fraction = _real(lambda value: 0 < value < 1, "a fraction between 0 and 1 (both excluded), e.g. 0.2")
+# 0 <= R < 1: a probability that may be zero but never drops everything (such as a dropout rate)
+rate = _real(lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
+# A loss scale: greater than 0, and one that float32 (the scale's variable) holds.
+loss_scale = _real(lambda value: 0 < value <= 3.4028234663852886e38,
+                   "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768")
+
+
+def at_least(minimum: float):
+    """A finite number >= minimum (a deadline with a floor, a fault's seconds)."""
+    return _real(lambda value: value >= minimum, f"a finite number of at least {minimum:g}")
+
+
+def step_window(text: str) -> tuple[int, int]:
+    """--profile START:END, 0 <= START < END."""
+    try:
+        start, end = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not START:END, e.g. 10:20") from None
+    if not 0 <= start < end:
+        raise ValueError(f"{text!r}: need 0 <= START < END")
+    return start, end
+
+
+def flag(group: str, default, **options):
+    """A field that is also a flag: --NAME (NAME's underscores as hyphens) in `group` of --help, with its
+    `default` and argparse's `options` (help, type, choices, metavar, action: "store_true", "store_false"
+    or "negatable", --NAME and --no-NAME; `names` replaces --NAME)."""
+    return dataclasses.field(default=default, metadata={"group": group, **options})
 
 
 class TargetMissed(Exception):
@@ -97,31 +170,106 @@ class Target:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One run of the shared loop. Every field has the command line's default; `tf_recipes.cli` adds the
-    flag of the same name (batch_size is --batch-size) and a recipe may change the defaults."""
+    """One run of the shared loop: how it launches, trains, evaluates and writes. Each field but `flags` is
+    also the flag of its name (batch_size is --batch-size), with its default, type and help here, once;
+    `tf_recipes.cli.training_parser` makes the flags, and a recipe may change their defaults."""
 
-    # Batch and schedule
-    batch_size: int = 32  # examples per replica a step; the global batch is this times the replicas
-    epochs: int = 1  # passes over the training examples; a learning-rate schedule spans them all
-    max_steps: int | None = None  # end after this many global steps, on the schedule of all epochs
-    seed: int = 42  # the weights, the data order and the augmentation
-    # Evaluation of the held-out set during training
-    # steps between evaluations; None: once an epoch (at most ~8 a run); 0: the end
-    eval_every: int | None = None
-    target: Target | None = None  # end at the first evaluation that reaches it
+    # Launch: how replicas are created (tf_recipes.launchers.create_launcher)
+    launcher: str = flag("launch", "single", choices=LAUNCHERS,
+        help="how replicas are created and kept in sync")
+    cpu_replicas: int = flag("launch", 1, type=positive_int,
+        help="mirrored launcher without a GPU: split the CPU into this many replicas")
+    collective: str = flag("launch", "auto", choices=COLLECTIVES,
+        help="multiworker all-reduce implementation")
+    join_timeout: float = flag("launch", 300.0, type=positive_float, metavar="SECONDS",
+        help="multiworker: exit (status 4, naming the missing workers) when the cluster has not formed "
+             "within this many seconds")
+    # Batch, schedule and rate
+    batch_size: int = flag("training", 32, type=positive_int,
+        help="batch size per replica; the global batch is this times the replicas")
+    epochs: int = flag("training", 1, type=positive_int,
+        help="passes over the training examples; a learning-rate schedule spans them all")
+    max_steps: int | None = flag("training", None, type=positive_int,
+        help="stop after this many global steps (default: all epochs)")
+    lr: float = flag("training", 1e-3, type=positive_float, help="base learning rate")
+    scale_lr: bool = flag("training", False, action="negatable",
+        help="multiply the learning rate by the number of replicas")
+    lr_schedule: str = flag("training", "constant", choices=("constant", "cosine"),
+        help="constant: the rate (ramped up to the scaled rate under --scale-lr); cosine: from 0 up to the "
+             "rate over --lr-warmup-steps, then down to 0 along a half cosine at the end of the last epoch "
+             "(--max-steps and --target end a run sooner, on the same schedule)")
+    lr_warmup_steps: int = flag("training", 100, type=non_negative_int,
+        help="steps over which the rate ramps up: to the scaled rate (--scale-lr), or to the peak rate "
+             "(--lr-schedule cosine)")
+    seed: int = flag("training", 42, type=non_negative_int,
+        help="seed for weights, data order and augmentation")
+    # Precision and compilation (training.configure_precision sets the dtype policy of `amp`)
+    amp: str | None = flag("training", None, nargs="?", const="auto", choices=AMP_DTYPES, metavar="DTYPE",
+        help="mixed precision: compute in 16 bits, keep the weights in float32. DTYPE auto (what a bare "
+             "--amp means): float16 with loss scaling on a GPU, bfloat16 on the CPU; float16 or bfloat16 "
+             "force that type anywhere (float16 on the CPU runs the GPU's loss-scaled path, slowly); "
+             "without --amp everything is float32")
+    loss_scale_initial: float = flag("training", LOSS_SCALE_INITIAL, type=loss_scale, metavar="SCALE",
+        help="float16 only: the first loss scale; every step whose gradients overflow is skipped and halves "
+             f"it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
+    xla: bool = flag("training", False, action="store_true", help="compile each replica's step with XLA")
+    steps_per_loop: int = flag("training", 10, type=positive_int, metavar="K",
+        help="training steps per compiled call; the host waits for and reads the outputs only every K steps "
+             "(and at --log-every, checkpoint, --profile and the end)")
+    # Evaluation of the held-out set during training (tf_recipes.evaluation)
+    eval_every: int | None = flag("evaluation during training", None, type=non_negative_int, metavar="N",
+        help="evaluate the held-out set every N steps: a point of the learning curve in results.json and "
+             f"TensorBoard (default: every epoch, at most about {POINTS_PER_RUN} times a run; 0: only at "
+             "the end)")
+    # --target METRIC=VALUE: end at the first evaluation that reaches it (its flag names the recipe's metrics)
+    target: Target | None = None
+    # Data
+    data_dir: str | None = flag("data", None, help="where the dataset is (see the recipe README)")
+    synthetic: bool = flag("data", False, action="store_true",
+        help="generated data instead of the dataset: for benchmarks and tests")
     # Checkpoints and results
-    results_dir: str = ""  # results.json, checkpoints, final weights and the export; "": results/RECIPE
-    resume: bool = False  # continue from the latest checkpoint in results_dir
-    checkpoint_every: int = 0  # steps between checkpoints; 0: at the end of every epoch
-    export: bool = True  # write RESULTS/export (the SavedModel for TF Serving and predict.py)
-    # Precision and compilation (the dtype policy itself is set by training.configure_precision)
-    loss_scale_initial: float = LOSS_SCALE_INITIAL  # float16 only: the first loss scale
-    xla: bool = False  # compile each replica's forward and backward pass with XLA
-    steps_per_loop: int = 10  # steps per compiled call: the host reads the outputs only every this many
-    # Progress and profiling
-    log_every: int = 10  # print progress every this many steps
-    warmup_steps: int = 5  # first steps left out of the throughput figures (tracing, autotuning)
-    profile: tuple[int, int] | None = None  # (START, END): a profiler trace of steps START+1..END
+    results_dir: str | None = flag("output", None,
+        help="results.json, checkpoints and final weights (default: results/RECIPE)")
+    resume: bool = flag("output", False, action="store_true", help="continue from the latest checkpoint")
+    checkpoint_every: int = flag("output", 0, type=non_negative_int,
+        help="checkpoint every N steps (0: at the end of every epoch)")
+    log_every: int = flag("output", 10, type=positive_int, help="print progress every N steps")
+    export: bool = flag("output", True, names=("--no-export",), action="store_false",
+        help="do not write RESULTS/export (the SavedModel for TF Serving and predict.py)")
+    warmup_steps: int = flag("output", 5, type=non_negative_int,
+        help="first steps left out of the throughput figures (tracing, autotuning)")
+    profile: tuple[int, int] | None = flag("output", None, type=step_window, metavar="START:END",
+        help="write a TensorBoard profiler trace of steps START+1..END to RESULTS/profile")
+    # Every flag of the command line that made the run ({name: value}, before a recipe resolves its preset),
+    # kept in RESULTS/config.yaml so that `train.py --config` can run it again; None: not kept
+    flags: dict | None = None
 
     def results_folder(self, recipe: str) -> str:
         return self.results_dir or os.path.join("results", recipe)
+
+
+def config_yaml(recipe: str, flags: dict) -> str:
+    """RESULTS/config.yaml: `flags` ({name: number, text, boolean or null}), one per line, under a header
+    that says how to run them again."""
+    header = (f"# The configuration of a {recipe} run: every flag of the command line that made it.\n"
+              "# Run it again with `train.py --config THIS_FILE`; flags given beside --config override its\n"
+              "# values (say, --results-dir DIR for a run into another folder).\n")
+    return header + yaml.safe_dump(flags, sort_keys=True, default_flow_style=False, allow_unicode=True)
+
+
+def read_config(path: str) -> dict:
+    """The {name: value} mapping of a configuration file (config_yaml's); a ValueError that says what is
+    wrong with it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = yaml.safe_load(handle)
+    except OSError as error:
+        raise ValueError(f"the file cannot be read ({error.strerror or error})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        reason = " ".join(str(error).split())
+        raise ValueError(f"the file is not YAML ({reason}); give --config a results folder's config.yaml") \
+            from None
+    if not isinstance(values, dict) or not all(isinstance(name, str) for name in values):
+        raise ValueError("the file does not hold a mapping of flag names to values, as a results folder's "
+                         "config.yaml does")
+    return values

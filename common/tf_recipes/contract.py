@@ -96,6 +96,7 @@ RESULT_FIELDS = frozenset({
     "images_per_sec_per_replica", "step_time_p50_ms", "step_time_p90_ms", "losses", "final_metrics",
     "replica_fingerprints", "versions"})
 RESULTS_FILE = "results.json"
+CONFIG_FILE = "config.yaml"  # every flag of the run, which `train.py --config` runs again
 FINAL_WEIGHTS_FILE = "final.weights.h5"
 STOPPED_FILE = "stopped.json"  # {"step", "total_steps", "signal"}: the job stopped on a signal
 

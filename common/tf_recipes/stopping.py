@@ -2,7 +2,7 @@
 (SIGINT to the whole process group): a training process raises a flag that the loop all-reduces with a
 step's outputs, so every process stops after the same step with a checkpoint and exits with EXIT_STOPPED.
 A second Ctrl-C stops at once (KeyboardInterrupt, status 130). Passing the signals on to child processes is
-tf_recipes.operations.spawn's."""
+tf_recipes.operations.spawn's. And the threads a process's exit does not wait for (`leave_behind`)."""
 from __future__ import annotations
 
 import os
@@ -13,6 +13,19 @@ import sys
 from tf_recipes.contract import STOPPED_FILE
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+_left_behind = []  # threads that may still run when the process exits
+
+
+def leave_behind(thread) -> None:
+    """The process's exit does not wait for `thread` (tf_recipes.cli.leave): the Trainer's release of its
+    training iterator, which under MultiWorkerMirroredStrategy outlasted the peers by up to a minute
+    (TF 2.17)."""
+    _left_behind.append(thread)
+
+
+def left_behind() -> bool:
+    """True while a thread left behind still runs."""
+    return any(thread.is_alive() for thread in _left_behind)
 
 
 def stopped_marker(results_dir: str) -> str:

@@ -21,15 +21,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_recipes import evaluation as evaluating, export as exporting, reporting
+from tf_recipes import desync, evaluation as evaluating, export as exporting, reporting
 from tf_recipes.checkpoints import Checkpoints, hold_results_dir
 from tf_recipes.config import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RunConfig, precision_policy
 from tf_recipes.contract import ClusterError, UserError
 from tf_recipes.export import ExportSpec
 from tf_recipes.data import DataError, steps_per_epoch
 from tf_recipes.launchers import Launcher
-from tf_recipes.reporting import log, replica_state, scales_loss, write_json
-from tf_recipes.stopping import StopFlag, peer_error_summary
+from tf_recipes.reporting import log, scales_loss, write_json
+from tf_recipes.stopping import StopFlag, leave_behind, peer_error_summary
 
 
 @dataclass
@@ -137,15 +137,17 @@ def summed_over_processes(launcher: Launcher, totals: dict) -> dict:
     return {key: part.reshape(np.shape(totals[key])) for key, part in zip(keys, parts, strict=False)}
 
 
-releasing: list[threading.Thread] = []  # iterators still being dropped; the process's exit waits a while
+RELEASE_WAIT = 1.0  # seconds: how long finish() waits for the training iterator's release
 
 
-def release_in_background(holder: list) -> None:
-    """Drop the training iterator, `holder`'s only item, on a thread: a prefetching distributed iterator's
-    deletion held the end of a run 1 to 31 s (TF 2.17.1). Not a daemon: one returning at exit aborted it."""
+def release_in_background(holder: list) -> threading.Thread:
+    """Drop the training iterator, `holder`'s only item, on a thread that the process's exit does not wait
+    for (tf_recipes.stopping.leave_behind): a prefetching distributed iterator's deletion held the end of a
+    run 1 to 31 s (TF 2.17.1). Not a daemon: one returning at exit aborted it."""
     thread = threading.Thread(target=holder.clear, name="release-train-iterator")
     thread.start()
-    releasing.append(thread)
+    leave_behind(thread)
+    return thread
 
 
 class Trainer:
@@ -195,6 +197,7 @@ class Trainer:
                                           self.steps_per_epoch, config.log_every, config.profile)
         self.step_times = []  # seconds of every step fit ran
         self.loss_scaling = None  # float16: what fit found out about the loss scale (results.json)
+        self._release = None  # the thread that releases fit's training iterator
 
     def target_reached(self) -> dict | None:
         """{"step", "seconds"} of the first evaluation at --target, or None (also without one)."""
@@ -246,7 +249,7 @@ class Trainer:
             sums["examples"] = tf.cast(tf.shape(y)[0], tf.float32)
             return loss, gradients, sums
 
-        drifting = replica_state(model)[1]
+        drifting = desync.replica_state(model)[1]
         # float16 skips a step whose gradients overflowed. Horovod's ranks see the summed gradients; under
         # the strategies each process's first replica would decide alone, so the replicas decide together.
         # Strategy: replicas skip an overflowed step together
@@ -336,7 +339,7 @@ class Trainer:
             if stop and step < self.total_steps:
                 self.checkpoints.stop(step, self.stop_flag)
             last = time.perf_counter()  # checkpoint and logging time is not step time
-        release_in_background(inputs)
+        self._release = release_in_background(inputs)
         self.report.flush()
         self._check_replicas_agree()
 
@@ -358,15 +361,10 @@ class Trainer:
                 "or was stopped. Continue from the last checkpoint with --resume") from None
 
     def _check_replicas_agree(self) -> None:
-        """The end of fit: every replica's weights, statistics and loss scale bit-identical, or
-        DesyncError."""
-        trainable, drifting = replica_state(self.model)
-        # Distributed: the loss scales must agree
-        self.loss_scaling = reporting.gather_loss_scaling(self.launcher, self.optimizer,
-                                                          int(self.step.numpy()))
-        # Distributed: the weights must agree (the desync guard)
-        self.fingerprints = reporting.agreed_fingerprints(
-            self.launcher, trainable + drifting + reporting.loss_scale_state(self.optimizer))
+        """The end of fit: every replica's weights, statistics and loss scale bit-identical
+        (tf_recipes.desync), or DesyncError."""
+        self.loss_scaling, self.fingerprints = desync.check_replicas_agree(
+            self.launcher, self.model, self.optimizer, int(self.step.numpy()))
 
     def _start_evaluation(self, task: Task, evaluation, explain_eval_error) -> int:
         """Keep fit's held-out set; the steps between its evaluations during training (0: none)."""
@@ -461,6 +459,8 @@ class Trainer:
         reporting.save_results(self, results)
         if self.exports:
             exporting.export_model(self.launcher, self.results_dir, self.model, self.export_spec, self.recipe)
+        if self._release:  # a while, not until it ends: the process's exit leaves it behind
+            self._release.join(RELEASE_WAIT)
         target = self.config.target
         if target and (missed := target.missed(self.curve.points, self.total_steps, self.results_dir)):
             raise missed

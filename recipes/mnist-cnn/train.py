@@ -17,6 +17,8 @@ Data (data.py): TFDS `mnist`, or `--data-dir DIR` holding either a TFDS data dir
 and tests; your own photos with `--data-format image-folder --data-dir DIR` (train/ and val/, one
 subfolder per class), each made 28x28 grayscale as the export makes a client's image.
 """
+import argparse
+
 from tf_recipes import cli
 
 RECIPE = "mnist-cnn"
@@ -32,8 +34,8 @@ def parse_args(argv=None):
     parser.set_defaults(lr_schedule="cosine")
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
                         help="sgd (momentum 0.9) is sensitive to the gradient scale, which Adam hides")
-    parser.add_argument("--no-dropout", action="store_true",
-                        help="disable dropout (parity tests: masks are drawn per replica)")
+    # Not offered in --help: the launcher parity tests train without dropout, whose masks are drawn per replica
+    parser.add_argument("--no-dropout", action="store_true", help=argparse.SUPPRESS)
     cli.add_image_folder_flags(parser, default="mnist")
     return parser.parse_args(argv)
 

@@ -1,7 +1,7 @@
 """The desync guard: a run whose replicas end with different weights must fail, loudly, and write
 no results. One replica's weights are perturbed on purpose after training (TF_RECIPES_FAULT_DESYNC_REPLICA,
 which `invoke run` injects through tf_recipes.operations.faults).
-The check itself (tf_recipes.reporting.check_in_sync): tests/unit/test_desync_check.py."""
+The check itself (tf_recipes.desync.check_in_sync): tests/unit/test_desync_check.py."""
 import pytest
 
 from helpers import run_invoke

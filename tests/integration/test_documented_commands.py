@@ -24,6 +24,7 @@ import time
 import urllib.request
 
 import pytest
+import yaml
 
 from ci.nightly import matrix as nightly
 from helpers import REPO, assert_ok, read_results
@@ -113,6 +114,27 @@ def test_mnist_trains_in_two_processes_started_by_spawn_as_written(tmp_path):
     process = run(with_results_dir(documented(MNIST_SPAWN), tmp_path / "results"), cwd=REPO)
     assert_ok(process)
     assert_trained(tmp_path / "results", "multiworker", 2, 20)
+
+
+RUN_FIRST = "python recipes/mnist-cnn/train.py --synthetic --max-steps 10 --no-export --results-dir results/first"
+RUN_AGAIN = "python recipes/mnist-cnn/train.py --config results/first/config.yaml --results-dir results/again"
+RUN_FASTER = ("python recipes/mnist-cnn/train.py --config results/first/config.yaml --lr 0.01 "
+              "--results-dir results/faster")
+
+
+def test_a_run_reruns_from_the_configuration_it_kept_as_written(tmp_path):
+    """docs/running.md: a run's config.yaml run again into another folder trains the same model, bit for bit;
+    a flag beside --config overrides its value, and the rerun keeps what it ran."""
+    root = scratch(tmp_path)
+    assert_ok(run(documented(RUN_FIRST, RUN_AGAIN, RUN_FASTER), cwd=root))
+    first, again, faster = (read_results(root / "results" / name) for name in ("first", "again", "faster"))
+    assert again["replica_fingerprints"] == first["replica_fingerprints"]
+    assert [entry["loss"] for entry in again["losses"]] == [entry["loss"] for entry in first["losses"]]
+    assert faster["replica_fingerprints"] != first["replica_fingerprints"]  # the override did change the run
+    kept = {name: yaml.safe_load((root / "results" / name / "config.yaml").read_text())
+            for name in ("first", "faster")}
+    assert (kept["first"]["max_steps"], kept["first"]["synthetic"], kept["first"]["export"]) == (10, True, False)
+    assert kept["faster"] == {**kept["first"], "lr": 0.01, "results_dir": "results/faster"}
 
 
 def test_saved_model_cli_shows_the_export_as_written(mnist_run):

@@ -2,7 +2,7 @@
 A run with a perturbed replica failing under each launcher: tests/integration/test_desync_guard.py."""
 import pytest
 
-from tf_recipes.reporting import DesyncError, check_in_sync
+from tf_recipes.desync import DesyncError, check_in_sync
 
 
 def test_check_in_sync_names_every_replica():

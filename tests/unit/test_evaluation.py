@@ -71,11 +71,13 @@ def test_the_command_line_makes_the_run_configuration_field_by_field():
     flags = ["--batch-size", "8", "--max-steps", "40", "--target", "accuracy=0.9", "--no-export", "--profile", "2:4"]
     config = cli.run_config(parser.parse_args(flags))
     assert config == dataclasses.replace(RunConfig(), batch_size=8, epochs=3, max_steps=40, export=False,
-                                         target=Target("accuracy", 0.9), profile=(2, 4), results_dir=None)
-    defaults = cli.run_config(parser.parse_args([]))  # the flags' defaults are the configuration's
-    assert [getattr(defaults, f.name) for f in dataclasses.fields(RunConfig) if f.name not in ("batch_size", "epochs",
-            "results_dir")] == [f.default for f in dataclasses.fields(RunConfig) if f.name not in (
-                "batch_size", "epochs", "results_dir")]
+                                         target=Target("accuracy", 0.9), profile=(2, 4), flags=config.flags)
+    assert config.flags["target"] == "accuracy=0.9" and config.flags["profile"] == "2:4"  # as config.yaml keeps them
+    # every field but the recipe's own defaults (and the flags that made it) is the configuration's default
+    defaults = cli.run_config(parser.parse_args([]))
+    recipe_set = ("batch_size", "epochs", "lr", "flags")
+    assert {f.name: getattr(defaults, f.name) for f in dataclasses.fields(RunConfig) if f.name not in recipe_set} == {
+        f.name: f.default for f in dataclasses.fields(RunConfig) if f.name not in recipe_set}
 
 
 def test_a_resume_keeps_the_points_up_to_its_checkpoint_and_their_time(tmp_path):

@@ -104,7 +104,7 @@ def test_a_run_leaves_with_its_status_without_waiting_long_for_the_iterators_rel
     process = run_python("-c", LEAVING, str(release_seconds), outcome, timeout=60)
     assert process.returncode == status and process.stdout == "written\n", process.stderr
     assert ("error: --target" in process.stderr) == (outcome == "missed")
-    assert time.monotonic() - started < 30  # the release left behind after cli.RELEASE_WAIT, not waited for
+    assert time.monotonic() - started < 30  # the release left behind (tf_recipes.stopping), not waited for
 
 
 def test_evaluation_sums_travel_in_one_collective_and_keep_their_shapes():
