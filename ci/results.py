@@ -349,12 +349,12 @@ def side_by_side_text(spec: dict, benchmark: dict, size: str, same_time: bool) -
     elif target:
         text += (f" Run with `--target mean_iou={benchmark['target_iou']}`, it did not reach it in "
                  f"{target['steps']} steps.")
-    data, git = benchmark["data"], benchmark.get("git") or {}
+    data = benchmark["data"]
     loads = [side["load_average"][moment][0] for run in runs for side in (run["recipe"], *run["baselines"].values())
              if "load_average" in side for moment in ("start", "end")]
+    # the commit it ran is the kept report's ("git"): a README holds no commit
     text += (f" Data: {data['train_examples']} training and {data['val_examples']} val scenes, fingerprint "
-             f"`{data['sha256'][:12]}` (sha256 of the prepared train.json and val.json); commit "
-             f"`{(git.get('commit') or '?')[:12]}`{' with uncommitted changes' if git.get('dirty') else ''}; "
+             f"`{data['sha256'][:12]}` (sha256 of the prepared train.json and val.json); "
              f"the load average (1 min) at the runs' starts and ends {min(loads):.1f}–{max(loads):.1f}.")
     return text
 
