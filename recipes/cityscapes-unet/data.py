@@ -370,7 +370,7 @@ def _output_size(data_dir, height: int, width: int, downscale: int, crop) -> tup
 def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int, start_step: int = 0,
                        crop=None, scale=1.0, augment: bool = True, cache: bool = False,
                        shard_late: bool = False, downscale: int = 1, classes: str | None = None) -> tf.data.Dataset:
-    """Batches of (image float32 [b,H,W,3] in [0,1], truth int32 [b,H,W]: the view `classes`'s indices, or
+    """Batches of (image float32 [b,H,W,3] in 0..255, truth int32 [b,H,W]: the view `classes`'s indices, or
     IGNORE), b = per-replica batch.
 
     Yields exactly (total_steps - start_step) * global_batch / num_pipelines examples for global

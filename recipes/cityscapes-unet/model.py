@@ -9,12 +9,13 @@ from encoders import build_resnet50_unet
 from labels import IGNORE
 
 
-# Normalisation after each convolution. "none" (the default) has none: every output pixel depends only on
-# the pixels around it, the same in training and inference, on a crop as on the whole image, in a batch
-# of any size and on any number of replicas. "batch" normalises over the replica's batch in training and
-# uses moving statistics in inference, which did not match at 2 images per replica on real images; "group"
-# normalises each image over its whole extent, so a model trained on crops sees other statistics on
-# whole images (it suits training on whole images, e.g. --preset full).
+# Normalisation after each convolution (each preset chooses one: --preset tiny none, cpu group, full
+# batch). "none" has none: every output pixel depends only on the pixels around it, the same in training
+# and inference, on a crop as on the whole image, in a batch of any size and on any number of replicas.
+# "batch" normalises over the replica's batch in training and uses moving statistics in inference, which
+# did not match at 2 images per replica on real images; "group" normalises each image over its whole
+# extent, so a model trained on crops sees other statistics on whole images (it suits training on whole
+# images, e.g. --preset cpu).
 NORMALIZATIONS = ("none", "group", "batch")
 GROUPS = 8  # at most: fewer when a level's channels are not a multiple of 8
 

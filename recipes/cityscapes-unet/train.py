@@ -15,9 +15,10 @@ launcher:
 
 or `invoke run cityscapes-unet --gpus 8 --data-dir data/cityscapes`.
 
-`--preset full` (default) trains on whole 1024x2048 images, 4 per replica; `--preset cpu` is a smaller
-model on whole scenes shrunk to about 128 rows (128x256 for Cityscapes), scored at full size, for a CPU;
-`--preset tiny` one on small crops, for tests. `--benchmark` trains on generated tensors of the preset's
+`--preset full` (default) trains a U-Net decoder on ResNet50 on 512x1024 crops of full-size scenes, 2 per
+replica, with batch norm; `--preset cpu` is a smaller model on whole scenes shrunk to about 128 rows
+(128x256 for Cityscapes), scored at full size, for a CPU; `--preset tiny` one on small crops, which the
+test suite trains. `--benchmark` trains on generated tensors of the preset's
 size for a fixed number of steps, so that it measures compute without the input pipeline.
 """
 import argparse
