@@ -81,7 +81,9 @@ def code_lines(path: pathlib.Path) -> int:
 NOT_CODE = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER, tokenize.COMMENT}
 # Each recipe's most code lines of the library (code_lines): a ceiling that rises only with a feature, by what
 # docs/library.md ("What a run imports") says it cost
-BUDGETS = {"mnist-cnn": 2046, "cassava-resnet": 2046, "cityscapes-unet": 1965}
+# Counted on the library as `ruff format` leaves it (tests/unit/test_house_rules.py keeps it so), so that a
+# change is weighed as code, never by how densely it is written
+BUDGETS = {"mnist-cnn": 2392, "cassava-resnet": 2392, "cityscapes-unet": 2296}
 
 
 def main(argv=None) -> int:

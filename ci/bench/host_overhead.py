@@ -73,9 +73,9 @@ def recipe_loop(launcher, images, labels, batch, steps, warmup, seed, steps_per_
     with tempfile.TemporaryDirectory() as folder:
         config = RunConfig(batch_size=batch, max_steps=steps, results_dir=folder, log_every=steps,
                            checkpoint_every=steps, warmup_steps=warmup, steps_per_loop=steps_per_loop, seed=seed)
-        trainer = training.Trainer(launcher, "mnist-cnn", config, num_examples=len(images))
-        trainer.setup(mnist.build_model(), keras.optimizers.Adam(1e-3))
-        trainer.fit(dataset(images, labels, batch, steps, seed), mnist.TASK)
+        trainer = training.Trainer(launcher, "mnist-cnn", config, config.plan(len(images), launcher.num_replicas),
+                                   model=mnist.build_model(), optimizer=keras.optimizers.Adam(1e-3), task=mnist.TASK)
+        trainer.fit(dataset(images, labels, batch, steps, seed))
     timed = trainer.step_times[warmup:]
     return batch * len(timed) / sum(timed)
 

@@ -17,4 +17,5 @@ predict.py), `pipeline_bench` (the input benchmarks), `constraints` (a stack's p
 `tf_recipes.stacks`), `faults` (`python -m tf_recipes.operations.faults train.py`: the faults the tests
 inject from outside a run).
 """
+
 __version__ = "0.4.0"

@@ -1,5 +1,6 @@
 """Writes that survive a crash: a file written here holds its new content or its old one, never part of one.
 Its data is fsynced before the rename that puts it in place, and its folder after the rename."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,8 @@ def fsync_tree(folder: str) -> None:
 def atomic_file(path: str, mode: str = "w"):
     """Yield a temporary file that becomes `path` when the block ends without an error."""
     folder = os.path.dirname(os.path.abspath(path))
-    handle = tempfile.NamedTemporaryFile(mode, dir=folder, prefix=f".{os.path.basename(path)}.",
-                                         suffix=".tmp", delete=False)
+    prefix = f".{os.path.basename(path)}."
+    handle = tempfile.NamedTemporaryFile(mode, dir=folder, prefix=prefix, suffix=".tmp", delete=False)
     try:
         with handle:
             yield handle

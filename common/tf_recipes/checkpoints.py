@@ -4,6 +4,7 @@ the data order and the per-replica state). --resume continues only a run of the 
 step past its last; every process reads the same files, so all decide alike. A stop on a signal leaves
 a checkpoint to resume from.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,14 +42,18 @@ def identity_mismatch(saved: dict, identity: dict, latest: str) -> str | None:
         reasons.append("the data order and the per-replica state would not match its step count")
         remedies.append("the same --batch-size, replica count, --seed and data")
     if "precision" in differ:  # float16's loss scale lives in the optimizer state, and not in the others'
-        reasons.append("the arithmetic and the optimizer state (float16's loss scale) differ between "
-                       "precisions")
-        remedies.append(f"its precision ({amp_flags(saved['precision'])}; a bare --amp is float16 only on a "
-                        "GPU)")
-    return (f"--resume: {latest} was written by a run with other settings "
-            f"({'; '.join(f'{key} {saved.get(key)} -> {identity[key]}' for key in differ)}); "
-            f"{' and '.join(reasons)}. Resume with {' and '.join(remedies)}, or start over in another "
-            "--results-dir")
+        reasons.append(
+            "the arithmetic and the optimizer state (float16's loss scale) differ between precisions"
+        )
+        remedies.append(
+            f"its precision ({amp_flags(saved['precision'])}; a bare --amp is float16 only on a GPU)"
+        )
+    return (
+        f"--resume: {latest} was written by a run with other settings "
+        f"({'; '.join(f'{key} {saved.get(key)} -> {identity[key]}' for key in differ)}); "
+        f"{' and '.join(reasons)}. Resume with {' and '.join(remedies)}, or start over in another "
+        "--results-dir"
+    )
 
 
 def results_complete(path: str, steps: int, target=None) -> bool:
@@ -59,9 +64,9 @@ def results_complete(path: str, steps: int, target=None) -> bool:
             results = json.load(handle)
     except (OSError, ValueError):
         return False
-    return (isinstance(results, dict) and RESULT_FIELDS <= results.keys() and results.get("steps") == steps
-            and (target is None or (results.get("target") == str(target)
-                                    and results.get("target_step") == steps)))
+    if not isinstance(results, dict) or not RESULT_FIELDS <= results.keys() or results.get("steps") != steps:
+        return False
+    return target is None or (results.get("target") == str(target) and results.get("target_step") == steps)
 
 
 def listed_checkpoints(folder: str) -> list[str]:
@@ -92,8 +97,8 @@ def exported_since(results_dir: str, since: float) -> bool:
         versions = [name for name in os.listdir(base) if name.isdigit()]
     except OSError:
         return False
-    return any(os.path.isfile(path) and os.path.getmtime(path) >= since
-               for path in (os.path.join(base, version, "saved_model.pb") for version in versions))
+    paths = (os.path.join(base, version, "saved_model.pb") for version in versions)
+    return any(os.path.isfile(path) and os.path.getmtime(path) >= since for path in paths)
 
 
 def hold_results_dir(results_dir: str) -> int:
@@ -110,8 +115,10 @@ def hold_results_dir(results_dir: str) -> int:
     except BlockingIOError:
         holder = lock_holder(os.fstat(folder).st_ino)
         os.close(folder)
-        raise UserError(f"{results_dir} is in use by a run that is still going ({holder} holds its lock); "
-                        "wait for it to end, or choose another --results-dir") from None
+        raise UserError(
+            f"{results_dir} is in use by a run that is still going ({holder} holds its lock); "
+            "wait for it to end, or choose another --results-dir"
+        ) from None
     return folder
 
 
@@ -130,8 +137,15 @@ class Checkpoints:
     """RESULTS/checkpoints of one run: check the resume target, restore, save, and stop with a
     checkpoint. `identity` is what a resumed run must match (Trainer.run_identity)."""
 
-    def __init__(self, launcher: Launcher, results_dir: str, resume: bool, identity: dict, total_steps: int,
-                 export: bool = True):
+    def __init__(
+        self,
+        launcher: Launcher,
+        results_dir: str,
+        resume: bool,
+        identity: dict,
+        total_steps: int,
+        export: bool = True,
+    ):
         self.launcher, self.results_dir, self.resume = launcher, results_dir, resume
         # export: a finished run wrote results.json, the weights and (unless --no-export) the export
         self.identity, self.total_steps, self.export = identity, total_steps, export
@@ -154,15 +168,19 @@ class Checkpoints:
             raise ResumeError(
                 f"--resume: {latest} is at step {reached}, past this run's last step {self.total_steps} "
                 f"(--max-steps/--epochs); pass --max-steps {reached} or more (or enough --epochs) to "
-                "continue it, or start over in another --results-dir")
+                "continue it, or start over in another --results-dir"
+            )
         results = os.path.join(self.results_dir, RESULTS_FILE)
         # Finished: at its last step, or where it reached this run's --target, with everything a run promises
         # written (results.json before the export: a run killed between them goes on to write the export)
-        if (reached == self.total_steps or target) and results_complete(
-                results, reached, None if reached == self.total_steps else target) and (
-                not self.export or exported_since(self.results_dir, os.path.getmtime(results))):
-            log(self.launcher, f"--resume: the run already finished at step {reached}; its results are in "
-                               f"{results}; nothing to do")
+        last = reached == self.total_steps
+        finished = (last or target) and results_complete(results, reached, None if last else target)
+        if finished and (not self.export or exported_since(self.results_dir, os.path.getmtime(results))):
+            log(
+                self.launcher,
+                f"--resume: the run already finished at step {reached}; its results are in "
+                f"{results}; nothing to do",
+            )
             raise RunFinished(results)
 
     def latest(self) -> str | None:
@@ -177,16 +195,19 @@ class Checkpoints:
             with open(self.identity_path) as handle:
                 saved = json.load(handle)
         except (OSError, ValueError) as error:
-            raise ResumeError(f"{self.identity_path} cannot be read ({error}), so {latest} cannot be resumed "
-                              "safely; start over in another --results-dir") from None
+            raise ResumeError(
+                f"{self.identity_path} cannot be read ({error}), so {latest} cannot be resumed "
+                "safely; start over in another --results-dir"
+            ) from None
         if problem := identity_mismatch(saved, self.identity, latest):
             raise ResumeError(problem)
 
     def track(self, model, optimizer, step: tf.Variable) -> None:
         """What every checkpoint holds: the model, the optimizer (built) and the step."""
         # model.variables adds the dropout layers' random state, without which a resume draws other masks.
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step,
-                                              model_state=list(model.variables))
+        self.checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=optimizer, step=step, model_state=list(model.variables)
+        )
 
     def restore(self) -> int:
         """The step to start from: the latest checkpoint's under --resume (restored into the tracked
@@ -195,7 +216,8 @@ class Checkpoints:
         if not self.resume and (latest or listed):
             raise FileExistsError(
                 f"{self.folder} already holds checkpoints ({os.path.basename(latest or listed[0])}); "
-                "pass --resume to continue that run, or choose another --results-dir")
+                "pass --resume to continue that run, or choose another --results-dir"
+            )
         if self.resume and not latest and listed:  # a damaged state file: the newest checkpoint that restores
             latest = self._restore_listed(listed)
         elif self.resume and latest:  # check_resume_target has checked its settings and step
@@ -207,7 +229,8 @@ class Checkpoints:
                     f"checkpoint {latest} cannot be restored into this model ({type(error).__name__}: "
                     f"{str(error).strip().splitlines()[0][:300]}); resume with the model settings that "
                     "wrote it, delete it to fall back to the one before, or start over in another "
-                    "--results-dir") from None
+                    "--results-dir"
+                ) from None
         elif self.resume:
             log(self.launcher, f"--resume: no checkpoint in {self.folder}, starting from step 0")
         start_step = int(self.checkpoint.step.numpy())  # the tracked step: 0 unless restored
@@ -227,20 +250,28 @@ class Checkpoints:
                 self.checkpoint.restore(candidate).assert_existing_objects_matched()
             except Exception:  # torn or foreign: the one before
                 continue
-            log(self.launcher, f"{state_file} cannot be read; resuming from {os.path.basename(candidate)}, "
-                               f"the newest of the {len(listed)} checkpoints listed in {self.folder} that "
-                               "restores")
+            log(
+                self.launcher,
+                f"{state_file} cannot be read; resuming from {os.path.basename(candidate)}, the newest of "
+                f"the {len(listed)} checkpoints listed in {self.folder} that restores",
+            )
             if self.launcher.is_chief:  # Distributed: the chief writes the state file again
                 # with their times, which mark them the manager's to delete (without, it keeps them forever)
                 # (without those after it: they did not restore)
-                oldest_first = list(reversed(listed[listed.index(candidate):]))
+                oldest_first = list(reversed(listed[listed.index(candidate) :]))
                 times = [os.path.getmtime(path + ".index") for path in oldest_first]
                 tf.compat.v1.train.update_checkpoint_state(
-                    self.folder, candidate, all_model_checkpoint_paths=oldest_first,
-                    all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
+                    self.folder,
+                    candidate,
+                    all_model_checkpoint_paths=oldest_first,
+                    all_model_checkpoint_timestamps=times,
+                    last_preserved_timestamp=min(times) - 1,
+                )
             return candidate
-        raise ResumeError(f"{state_file} cannot be read, and none of the {len(listed)} checkpoints listed in "
-                          f"{self.folder} restores into this model; start over in another --results-dir")
+        raise ResumeError(
+            f"{state_file} cannot be read, and none of the {len(listed)} checkpoints listed in "
+            f"{self.folder} restores into this model; start over in another --results-dir"
+        )
 
     def save(self) -> None:
         """A checkpoint of the tracked step, and run.json beside it (the chief's copy is kept)."""
@@ -249,10 +280,11 @@ class Checkpoints:
         # Distributed: only the chief keeps checkpoints
         if not launcher.is_chief and launcher.traits["collective"] != "strategy":
             return
+        directory = self.folder
         # Strategy: a worker's throwaway checkpoint, in TensorFlow's in-memory file
         # system: nothing on disk, so a worker killed while it saves leaves nothing behind
-        directory = self.folder if launcher.is_chief else (
-            f"ram://tf-recipes-worker{launcher.worker_index}-{os.getpid()}-ckpt")
+        if not launcher.is_chief:
+            directory = f"ram://tf-recipes-worker{launcher.worker_index}-{os.getpid()}-ckpt"
         manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=KEEP)
         needed = nbytes(self.checkpoint.model.variables) + nbytes(self.checkpoint.optimizer.variables)
         with disk_full_is_one_line(directory, needed, "a checkpoint"):
@@ -267,11 +299,13 @@ class Checkpoints:
         # The marker is for whatever started the job: horovodrun reports only "status 1".
         # Distributed: the chief writes the stop marker
         if self.launcher.is_chief:
-            write_json(stopped_marker(self.results_dir), {"step": step, "total_steps": self.total_steps,
-                                                         "signal": stop_flag.signal_name})
+            marker = {"step": step, "total_steps": self.total_steps, "signal": stop_flag.signal_name}
+            write_json(stopped_marker(self.results_dir), marker)
         # Nobody exits (and has a scheduler kill the rest) before the checkpoint is whole.
         self.launcher.barrier()  # Distributed: all stop together
-        raise StopRequested(f"stopped at step {step} of {self.total_steps} "
-                            f"({stop_flag.signal_name or 'a peer'}"
-                            f"{'' if stop_flag.signal_name else ' was signalled'}); "
-                            f"checkpoint in {self.folder}; continue with --resume", step)
+        who = stop_flag.signal_name or "a peer was signalled"
+        raise StopRequested(
+            f"stopped at step {step} of {self.total_steps} ({who}); checkpoint in {self.folder}; continue "
+            "with --resume",
+            step,
+        )

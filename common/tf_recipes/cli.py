@@ -1,5 +1,6 @@
 """The flags every recipe shares, and clean one-line errors for user mistakes. Imports no TensorFlow, so
 `train.py --help` and a mistyped flag answer at once, without TensorFlow's start-up log."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,13 +10,14 @@ import sys
 
 from tf_recipes import contract, stopping, user_paths
 from tf_recipes import config
-from tf_recipes.config import RunConfig, Target, TargetMissed, read_config
+from tf_recipes.config import GROUPS, RunConfig, Target, TargetMissed, read_config
 from tf_recipes.stopping import peer_error_summary
 
 
 def argparse_type(parse):
     """`parse` (text -> value, or a ValueError that says what is wrong) as an argparse type, whose error line
     says the same."""
+
     def typed(text: str):
         try:
             return parse(text)
@@ -27,9 +29,18 @@ def argparse_type(parse):
 
 
 # The flags' types (tf_recipes.config's), for the recipes' and the operations' own flags
-positive_int, non_negative_int, positive_float, fraction, rate, loss_scale, step_window = map(argparse_type, (
-    config.positive_int, config.non_negative_int, config.positive_float, config.fraction, config.rate,
-    config.loss_scale, config.step_window))
+positive_int, non_negative_int, positive_float, fraction, rate, loss_scale, step_window = map(
+    argparse_type,
+    (
+        config.positive_int,
+        config.non_negative_int,
+        config.positive_float,
+        config.fraction,
+        config.rate,
+        config.loss_scale,
+        config.step_window,
+    ),
+)
 
 
 def at_least(minimum: float):
@@ -40,10 +51,13 @@ def at_least(minimum: float):
 def folder_flags_problem(args) -> str | None:
     """One line when --data-dir or an output folder names a file, overlaps --data-dir or cannot be made."""
     data_dir = getattr(args, "data_dir", None)
-    outputs = {f"--{dest.replace('_', '-')}": getattr(args, dest, None)
-               for dest in ("results_dir", "cache_dir", "predict_dir")}
+    outputs = {
+        f"--{dest.replace('_', '-')}": getattr(args, dest, None)
+        for dest in ("results_dir", "cache_dir", "predict_dir")
+    }
     return (data_dir and user_paths.folder_problem("--data-dir", data_dir)) or user_paths.flags_problem(
-        {"--data-dir": data_dir}, outputs)
+        {"--data-dir": data_dir}, outputs
+    )
 
 
 # Flags that act on a results folder rather than say what a run is: RESULTS/config.yaml leaves them out
@@ -61,8 +75,11 @@ class TrainingParser(argparse.ArgumentParser):
         self._texts = {}  # {name: the text a flag was given}: how config.yaml writes a tuple or a target
         kept = self._kept_flags(args)
         namespace, extras = super().parse_known_args([*kept, *args], namespace)
-        namespace.flags = {name: self._plain(name, value) for name, value in sorted(vars(namespace).items())
-                           if name not in NOT_KEPT and name != "flags"}
+        namespace.flags = {
+            name: self._plain(name, value)
+            for name, value in sorted(vars(namespace).items())
+            if name not in NOT_KEPT and name != "flags"
+        }
         user_paths.exit_if(folder_flags_problem(namespace))
         return namespace, extras
 
@@ -118,6 +135,7 @@ class TrainingParser(argparse.ArgumentParser):
 
 def target_type(metrics: tuple[str, ...]):
     """An argparse type for --target METRIC=VALUE, METRIC one of `metrics` or loss (config.Target.parse)."""
+
     def target(text: str) -> Target:
         return Target.parse(text, metrics)
 
@@ -125,34 +143,33 @@ def target_type(metrics: tuple[str, ...]):
     return argparse_type(target)
 
 
-def add_image_folder_flags(parser, default: str) -> None:
-    """--data-format (DEFAULT or image-folder) and --val-fraction, on a recipe's parser
-    (tf_recipes.image_folder reads such a folder)."""
-    group = parser.add_argument_group("your own photos")
-    group.add_argument("--data-format", choices=[default, "image-folder"], default=default,
-                       help="image-folder: --data-dir holds train/ and val/ (or, with --val-fraction, one "
-                            "folder), each with one subfolder of .jpg/.png photos per class")
-    group.add_argument("--val-fraction", type=fraction, default=None, metavar="F",
-                       help="image-folder without val/: keep this fraction of each class for validation "
-                            "(drawn from --seed)")
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each flag's default, but for those without one (None), whose help says what happens."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
 
 
-GROUPS = ("launch", "training", "evaluation during training", "data", "output")  # --help's, in this order
-
-
-def training_parser(description: str, metrics: tuple[str, ...] = ("accuracy",), **defaults) -> TrainingParser:
-    """An argparse parser with the shared flags: one for each field of RunConfig, made from it (`defaults`:
-    the recipe's own defaults of some, such as batch_size; `metrics`: what --target may name besides the
-    loss), and --config."""
-    parser = TrainingParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--config", metavar="FILE",
-                        help="run the configuration a run kept (RESULTS/config.yaml) again; the flags given "
-                             "beside it override its values")
+def training_parser(
+    description: str, metrics: tuple[str, ...] = ("accuracy",), config: type = RunConfig, **defaults
+) -> TrainingParser:
+    """An argparse parser with --config and one flag for each field of `config`, RunConfig or a recipe's
+    subclass of it that adds the recipe's own fields (config.flag: the group of --help, default, help, type;
+    `defaults`: the recipe's own defaults of some, such as batch_size; `metrics`: what --target may name
+    besides the loss). `configuration(args, config)` makes the run's configuration of what it parses."""
+    parser = TrainingParser(description=description, formatter_class=HelpFormatter)
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="run the configuration a run kept (RESULTS/config.yaml) again; the flags given "
+        "beside it override its values",
+    )
     groups = {name: parser.add_argument_group(name) for name in GROUPS}
-    for field in dataclasses.fields(RunConfig):
+    for field in dataclasses.fields(config):
         options = dict(field.metadata)
         if options:
-            group = groups[options.pop("group")]
+            name = options.pop("group")
+            group = groups.get(name) or groups.setdefault(name, parser.add_argument_group(name))
             names = options.pop("names", ("--" + field.name.replace("_", "-"),))
             if "type" in options:
                 options["type"] = argparse_type(options["type"])
@@ -160,36 +177,48 @@ def training_parser(description: str, metrics: tuple[str, ...] = ("accuracy",), 
                 options["action"] = argparse.BooleanOptionalAction
             group.add_argument(*names, dest=field.name, default=field.default, **options)
         if field.name == "amp":
-            group.add_argument("--no-amp", dest="amp", action="store_const", const=None,
-                               help="everything in float32 (undoes an --amp given earlier on the command "
-                                    "line)")
+            group.add_argument(
+                "--no-amp",
+                dest="amp",
+                action="store_const",
+                const=None,
+                help="everything in float32 (undoes an --amp given earlier on the command line)",
+            )
         if field.name == "target":
             groups["evaluation during training"].add_argument(
-                "--target", type=target_type(metrics), default=None, metavar="METRIC=VALUE",
+                "--target",
+                type=target_type(metrics),
+                default=None,
+                metavar="METRIC=VALUE",
                 help="end the run at the first evaluation whose METRIC reaches VALUE (at most VALUE for the "
-                     f"loss), e.g. {metrics[0]}=0.99; results.json records its time_to_target. A run that "
-                     f"never reaches it exits with status {contract.EXIT_TARGET_MISSED}")
+                f"loss), e.g. {metrics[0]}=0.99; results.json records its time_to_target. A run that "
+                f"never reaches it exits with status {contract.EXIT_TARGET_MISSED}",
+            )
     parser.set_defaults(**defaults)
+    parser.groups = groups  # {title: argparse group}: where a recipe adds a flag that is not a field
     return parser
 
 
 def is_peer_error(error: BaseException) -> bool:
     """A TensorFlow error that a collective raises when a peer died or froze."""
-    return any(kind.__name__ in contract.PEER_ERRORS and kind.__module__.startswith("tensorflow")
-               for kind in type(error).__mro__)
+    return any(
+        kind.__name__ in contract.PEER_ERRORS and kind.__module__.startswith("tensorflow")
+        for kind in type(error).__mro__
+    )
 
 
-_STATUSES = (((contract.UserError, FileExistsError, FileNotFoundError, FloatingPointError),
-              contract.EXIT_USER_ERROR),
-             (contract.DesyncError, contract.EXIT_DESYNC),
-             (TargetMissed, contract.EXIT_TARGET_MISSED),
-             (contract.ClusterError, contract.EXIT_CLUSTER))
+_STATUSES = (
+    ((contract.UserError, FileExistsError, FileNotFoundError, FloatingPointError), contract.EXIT_USER_ERROR),
+    (contract.DesyncError, contract.EXIT_DESYNC),
+    (TargetMissed, contract.EXIT_TARGET_MISSED),
+    (contract.ClusterError, contract.EXIT_CLUSTER),
+)
 
 
-def run_config(args) -> RunConfig:
-    """The engine's configuration from the shared flags (training_parser's): each field of RunConfig is the
-    flag of the same name. The engine never sees `args`."""
-    return RunConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(RunConfig)})
+def configuration(args, config: type = RunConfig):
+    """The run's configuration (`config`: RunConfig or a recipe's subclass) of the flags training_parser
+    made: each field is the flag of the same name. The engine never sees `args`."""
+    return config(**{field.name: getattr(args, field.name) for field in dataclasses.fields(config)})
 
 
 def leave(status: int) -> None:
@@ -218,9 +247,15 @@ def run_main(main) -> None:
         status = next((status for kinds, status in _STATUSES if isinstance(error, kinds)), None)
         if status is None and not is_peer_error(error):
             raise
-        message = str(error) if status else (f"lost contact with the other workers ({type(error).__name__}: "
-                                             f"{peer_error_summary(error)}); continue from the last "
-                                             "checkpoint with --resume")
+        message = (
+            str(error)
+            if status
+            else (
+                f"lost contact with the other workers ({type(error).__name__}: "
+                f"{peer_error_summary(error)}); continue from the last "
+                "checkpoint with --resume"
+            )
+        )
         # One write of the whole line: the processes of a job share the stream, and print writes its end apart
         sys.stderr.write(f"error: {message}\n")
         sys.stderr.flush()

@@ -2,16 +2,17 @@
 (tf_recipes.operations.spawn, a Kubernetes Indexed Job's contract.INDEXED_JOB_* variables) and checked before
 anything waits on it. Imports no TensorFlow.
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import time
+from socket import gaierror, getaddrinfo
+from time import monotonic, sleep
 
-from tf_recipes.contract import (INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT, INDEXED_JOB_HOST_PATTERN,
-                                 INDEXED_JOB_INDEX, INDEXED_JOB_PORT, INDEXED_JOB_RESOLVE_TIMEOUT,
-                                 INDEXED_JOB_WORKERS, ClusterError, UserError)
+from tf_recipes.contract import INDEXED_JOB_DEFAULT_RESOLVE_TIMEOUT, INDEXED_JOB_HOST_PATTERN, ClusterError
+from tf_recipes.contract import INDEXED_JOB_INDEX, INDEXED_JOB_PORT, INDEXED_JOB_RESOLVE_TIMEOUT, UserError
+from tf_recipes.contract import INDEXED_JOB_WORKERS
 
 
 def build_tf_config(addresses: list[str], index: int) -> str:
@@ -36,13 +37,15 @@ def check_tf_config(text: str) -> dict:
     if kind not in cluster:
         raise UserError(f"TF_CONFIG task type {kind!r} is not in its cluster ({', '.join(cluster)})")
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(cluster[kind]):
-        raise UserError(f"TF_CONFIG task index {index!r} is outside its cluster's {len(cluster[kind])} "
-                        f"{kind} address(es) (0..{len(cluster[kind]) - 1}); give each process its own index")
+        raise UserError(
+            f"TF_CONFIG task index {index!r} is outside its cluster's {len(cluster[kind])} "
+            f"{kind} address(es) (0..{len(cluster[kind]) - 1}); give each process its own index"
+        )
     addresses = [address for group in cluster.values() for address in group]
     # Distributed: every task needs its own host:port
     if twice := sorted({address for address in addresses if addresses.count(address) > 1}):
-        raise UserError(f"TF_CONFIG lists {', '.join(map(str, twice))} more than once; every task needs its "
-                        "own host:port")
+        listed = ", ".join(map(str, twice))
+        raise UserError(f"TF_CONFIG lists {listed} more than once; every task needs its own host:port")
     return config
 
 
@@ -64,8 +67,9 @@ def indexed_job_tf_config(environ, wait: bool = False) -> str | None:
     workers = _whole(environ, INDEXED_JOB_WORKERS, 1)
     pattern = environ.get(INDEXED_JOB_HOST_PATTERN, "")
     if "{index}" not in pattern:
-        raise UserError(f"{INDEXED_JOB_HOST_PATTERN}={pattern!r} must contain {{index}}, e.g. "
-                        "job-{index}.job")
+        raise UserError(
+            f"{INDEXED_JOB_HOST_PATTERN}={pattern!r} must contain {{index}}, e.g. job-{{index}}.job"
+        )
     index = _whole(environ, INDEXED_JOB_INDEX, 0)
     if index >= workers:
         raise UserError(f"{INDEXED_JOB_INDEX}={index} is not below {INDEXED_JOB_WORKERS}={workers}")
@@ -82,18 +86,21 @@ def indexed_job_tf_config(environ, wait: bool = False) -> str | None:
     return build_tf_config([f"{host}:{port}" for host in hosts], index)
 
 
-def wait_until_resolvable(hosts, timeout: float, *, resolve=socket.getaddrinfo, clock=time.monotonic,
-                          sleep=time.sleep, interval: float = 1.0) -> None:
+def wait_until_resolvable(
+    hosts, timeout: float, *, resolve=getaddrinfo, clock=monotonic, sleep=sleep, interval: float = 1.0
+) -> None:
     """Return once every name in `hosts` resolves; a ClusterError naming the rest after `timeout` s."""
     deadline, waiting = clock() + timeout, list(hosts)
     while True:
         for host in list(waiting):
-            with contextlib.suppress(socket.gaierror, UnicodeError):
+            with contextlib.suppress(gaierror, UnicodeError):
                 resolve(host, None)
                 waiting.remove(host)
         if not waiting:
             return
         if clock() >= deadline:
-            raise ClusterError(f"peer(s) {', '.join(waiting)} did not resolve within {timeout:g} s: check "
-                               "that their pods were scheduled and that the headless Service names them")
+            raise ClusterError(
+                f"peer(s) {', '.join(waiting)} did not resolve within {timeout:g} s: check "
+                "that their pods were scheduled and that the headless Service names them"
+            )
         sleep(min(interval, max(deadline - clock(), 0.0)))

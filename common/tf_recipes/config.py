@@ -12,9 +12,11 @@ keeps the flags that made it in RESULTS/config.yaml (`config_yaml`), which `trai
 again (`read_config`, `tf_recipes.cli`). This module imports no TensorFlow, so that `train.py --help` and a
 mistyped flag answer at once.
 """
+
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -22,13 +24,14 @@ from dataclasses import dataclass
 import yaml
 
 from tf_recipes.contract import COLLECTIVES, LAUNCHERS
+from tf_recipes.data import steps_per_epoch
 from tf_recipes.evaluation import POINTS_PER_RUN
 
 
 # --amp DTYPE: the 16-bit type of the computation, never of the weights (they stay float32)
 AMP_DTYPES = ("auto", "float16", "bfloat16")
 # Keras's LossScaleOptimizer defaults: the first scale, and the steps without an overflow that double it
-LOSS_SCALE_INITIAL = 2.0 ** 15
+LOSS_SCALE_INITIAL = 2.0**15
 LOSS_SCALE_GROWTH_STEPS = 2000
 
 
@@ -53,8 +56,10 @@ def amp_flags(policy: str) -> str:
 # Each reads a flag's text, or raises a ValueError that says what is wrong (tf_recipes.cli makes it the
 # flag's error line).
 
+
 def _whole(minimum: int, rule: str):
     """A whole number of at least `minimum`."""
+
     def whole(text: str) -> int:
         try:
             value = int(text)
@@ -63,11 +68,13 @@ def _whole(minimum: int, rule: str):
         if value < minimum:
             raise ValueError(f"{value} {rule}")
         return value
+
     return whole
 
 
 def _real(accept, rule: str):
     """A finite number (never nan or inf) for which accept(value) holds."""
+
     def real(text: str) -> float:
         try:
             value = float(text)
@@ -76,6 +83,7 @@ def _real(accept, rule: str):
         if not (math.isfinite(value) and accept(value)):
             raise ValueError(f"{text!r} is not {rule}")
         return value
+
     return real
 
 
@@ -87,8 +95,10 @@ fraction = _real(lambda value: 0 < value < 1, "a fraction between 0 and 1 (both 
 # 0 <= R < 1: a probability that may be zero but never drops everything (such as a dropout rate)
 rate = _real(lambda value: 0 <= value < 1, "a number from 0 up to (not including) 1")
 # A loss scale: greater than 0, and one that float32 (the scale's variable) holds.
-loss_scale = _real(lambda value: 0 < value <= 3.4028234663852886e38,
-                   "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768")
+loss_scale = _real(
+    lambda value: 0 < value <= 3.4028234663852886e38,
+    "a finite number greater than 0 and at most 3.4e38 (float32), e.g. 32768",
+)
 
 
 def at_least(minimum: float):
@@ -107,11 +117,33 @@ def step_window(text: str) -> tuple[int, int]:
     return start, end
 
 
-def flag(group: str, default, **options):
+def flag(group: str, default, help: str, **options):
     """A field that is also a flag: --NAME (NAME's underscores as hyphens) in `group` of --help, with its
-    `default` and argparse's `options` (help, type, choices, metavar, action: "store_true", "store_false"
-    or "negatable", --NAME and --no-NAME; `names` replaces --NAME)."""
-    return dataclasses.field(default=default, metadata={"group": group, **options})
+    `default`, `help` and argparse's `options` (type, choices, metavar, action: "store_true", "store_false"
+    or "negatable", --NAME and --no-NAME; `names` replaces --NAME). tf_recipes.cli.add_flags makes them."""
+    return dataclasses.field(default=default, metadata={"group": group, "help": help, **options})
+
+
+def data_format_flag(default: str):
+    """A recipe's --data-format: its own dataset (`default`) or image-folder (tf_recipes.image_folder)."""
+    return flag(
+        "your own photos",
+        default,
+        "image-folder: --data-dir holds train/ and val/ (or, with "
+        "--val-fraction, one folder), each with one subfolder of .jpg/.png photos per class",
+        choices=(default, "image-folder"),
+    )
+
+
+def val_fraction_flag():
+    """--val-fraction, beside data_format_flag's."""
+    return flag(
+        "your own photos",
+        None,
+        "image-folder without val/: keep this fraction of each class for validation (drawn from --seed)",
+        type=fraction,
+        metavar="F",
+    )
 
 
 class TargetMissed(Exception):
@@ -160,12 +192,19 @@ class Target:
         if self.first_reached(points):
             return None
         last = points[-1].get(self.metric, math.nan) if points else math.nan
-        return TargetMissed(f"--target {self} was not reached in {steps} steps (the last evaluation's "
-                            f"{self.metric}: {last:.4f}); train longer (--epochs) or lower the target; "
-                            f"results are in {results_dir}")
+        return TargetMissed(
+            f"--target {self} was not reached in {steps} steps (the last evaluation's "
+            f"{self.metric}: {last:.4f}); train longer (--epochs) or lower the target; "
+            f"results are in {results_dir}"
+        )
 
     def __str__(self) -> str:
         return f"{self.metric}{'<=' if lower_is_better(self.metric) else '>='}{self.value:g}"
+
+
+# --help's groups of the shared flags, in this order, and a field-maker for each
+GROUPS = ("launch", "training", "evaluation during training", "data", "output")
+_launch, _training, _evaluation, _data, _output = (functools.partial(flag, group) for group in GROUPS)
 
 
 @dataclass(frozen=True)
@@ -175,71 +214,116 @@ class RunConfig:
     `tf_recipes.cli.training_parser` makes the flags, and a recipe may change their defaults."""
 
     # Launch: how replicas are created (tf_recipes.launchers.create_launcher)
-    launcher: str = flag("launch", "single", choices=LAUNCHERS,
-        help="how replicas are created and kept in sync")
-    cpu_replicas: int = flag("launch", 1, type=positive_int,
-        help="mirrored launcher without a GPU: split the CPU into this many replicas")
-    collective: str = flag("launch", "auto", choices=COLLECTIVES,
-        help="multiworker all-reduce implementation")
-    join_timeout: float = flag("launch", 300.0, type=positive_float, metavar="SECONDS",
-        help="multiworker: exit (status 4, naming the missing workers) when the cluster has not formed "
-             "within this many seconds")
+    launcher: str = _launch("single", "how replicas are created and kept in sync", choices=LAUNCHERS)
+    cpu_replicas: int = _launch(
+        1, "mirrored launcher without a GPU: split the CPU into this many replicas", type=positive_int
+    )
+    collective: str = _launch("auto", "multiworker all-reduce implementation", choices=COLLECTIVES)
+    join_timeout: float = _launch(
+        300.0,
+        "multiworker: exit (status 4, naming the missing workers) when the "
+        "cluster has not formed within this many seconds",
+        type=positive_float,
+        metavar="SECONDS",
+    )
     # Batch, schedule and rate
-    batch_size: int = flag("training", 32, type=positive_int,
-        help="batch size per replica; the global batch is this times the replicas")
-    epochs: int = flag("training", 1, type=positive_int,
-        help="passes over the training examples; a learning-rate schedule spans them all")
-    max_steps: int | None = flag("training", None, type=positive_int,
-        help="stop after this many global steps (default: all epochs)")
-    lr: float = flag("training", 1e-3, type=positive_float, help="base learning rate")
-    scale_lr: bool = flag("training", False, action="negatable",
-        help="multiply the learning rate by the number of replicas")
-    lr_schedule: str = flag("training", "constant", choices=("constant", "cosine"),
-        help="constant: the rate (ramped up to the scaled rate under --scale-lr); cosine: from 0 up to the "
-             "rate over --lr-warmup-steps, then down to 0 along a half cosine at the end of the last epoch "
-             "(--max-steps and --target end a run sooner, on the same schedule)")
-    lr_warmup_steps: int = flag("training", 100, type=non_negative_int,
-        help="steps over which the rate ramps up: to the scaled rate (--scale-lr), or to the peak rate "
-             "(--lr-schedule cosine)")
-    seed: int = flag("training", 42, type=non_negative_int,
-        help="seed for weights, data order and augmentation")
+    batch_size: int = _training(
+        32, "batch size per replica; the global batch is this times the replicas", type=positive_int
+    )
+    epochs: int = _training(
+        1, "passes over the training examples; a learning-rate schedule spans them all", type=positive_int
+    )
+    max_steps: int | None = _training(
+        None, "stop after this many global steps (default: all epochs)", type=positive_int
+    )
+    lr: float = _training(1e-3, "base learning rate", type=positive_float)
+    scale_lr: bool = _training(
+        False, "multiply the learning rate by the number of replicas", action="negatable"
+    )
+    lr_schedule: str = _training(
+        "constant",
+        "constant: the rate (ramped up to the scaled rate under --scale-lr); "
+        "cosine: from 0 up to the rate over --lr-warmup-steps, then down to 0 along a half "
+        "cosine at the end of the last epoch (--max-steps and --target end a run sooner, "
+        "on the same schedule)",
+        choices=("constant", "cosine"),
+    )
+    lr_warmup_steps: int = _training(
+        100,
+        "steps over which the rate ramps up: to the scaled rate (--scale-lr), "
+        "or to the peak rate (--lr-schedule cosine)",
+        type=non_negative_int,
+    )
+    seed: int = _training(42, "seed for weights, data order and augmentation", type=non_negative_int)
     # Precision and compilation (training.configure_precision sets the dtype policy of `amp`)
-    amp: str | None = flag("training", None, nargs="?", const="auto", choices=AMP_DTYPES, metavar="DTYPE",
-        help="mixed precision: compute in 16 bits, keep the weights in float32. DTYPE auto (what a bare "
-             "--amp means): float16 with loss scaling on a GPU, bfloat16 on the CPU; float16 or bfloat16 "
-             "force that type anywhere (float16 on the CPU runs the GPU's loss-scaled path, slowly); "
-             "without --amp everything is float32")
-    loss_scale_initial: float = flag("training", LOSS_SCALE_INITIAL, type=loss_scale, metavar="SCALE",
-        help="float16 only: the first loss scale; every step whose gradients overflow is skipped and halves "
-             f"it, {LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it")
-    xla: bool = flag("training", False, action="store_true", help="compile each replica's step with XLA")
-    steps_per_loop: int = flag("training", 10, type=positive_int, metavar="K",
-        help="training steps per compiled call; the host waits for and reads the outputs only every K steps "
-             "(and at --log-every, checkpoint, --profile and the end)")
+    amp: str | None = _training(
+        None,
+        "mixed precision: compute in 16 bits, keep the weights in float32. DTYPE "
+        "auto (what a bare --amp means): float16 with loss scaling on a GPU, bfloat16 on "
+        "the CPU; float16 or bfloat16 force that type anywhere (float16 on the CPU runs "
+        "the GPU's loss-scaled path, slowly); without --amp everything is float32",
+        nargs="?",
+        const="auto",
+        choices=AMP_DTYPES,
+        metavar="DTYPE",
+    )
+    loss_scale_initial: float = _training(
+        LOSS_SCALE_INITIAL,
+        "float16 only: the first loss scale; every step "
+        "whose gradients overflow is skipped and halves it, "
+        f"{LOSS_SCALE_GROWTH_STEPS} steps in a row without one double it",
+        type=loss_scale,
+        metavar="SCALE",
+    )
+    xla: bool = _training(False, "compile each replica's step with XLA", action="store_true")
+    steps_per_loop: int = _training(
+        10,
+        "training steps per compiled call; the host waits for and reads the "
+        "outputs only every K steps (and at --log-every, checkpoint, --profile and "
+        "the end)",
+        type=positive_int,
+        metavar="K",
+    )
     # Evaluation of the held-out set during training (tf_recipes.evaluation)
-    eval_every: int | None = flag("evaluation during training", None, type=non_negative_int, metavar="N",
-        help="evaluate the held-out set every N steps: a point of the learning curve in results.json and "
-             f"TensorBoard (default: every epoch, at most about {POINTS_PER_RUN} times a run; 0: only at "
-             "the end)")
+    eval_every: int | None = _evaluation(
+        None,
+        "evaluate the held-out set every N steps: a point of the learning "
+        "curve in results.json and TensorBoard (default: every epoch, at most "
+        f"about {POINTS_PER_RUN} times a run; 0: only at the end)",
+        type=non_negative_int,
+        metavar="N",
+    )
     # --target METRIC=VALUE: end at the first evaluation that reaches it (its flag names the recipe's metrics)
     target: Target | None = None
     # Data
-    data_dir: str | None = flag("data", None, help="where the dataset is (see the recipe README)")
-    synthetic: bool = flag("data", False, action="store_true",
-        help="generated data instead of the dataset: for benchmarks and tests")
+    data_dir: str | None = _data(None, "where the dataset is (see the recipe README)")
+    synthetic: bool = _data(
+        False, "generated data instead of the dataset: for benchmarks and tests", action="store_true"
+    )
     # Checkpoints and results
-    results_dir: str | None = flag("output", None,
-        help="results.json, checkpoints and final weights (default: results/RECIPE)")
-    resume: bool = flag("output", False, action="store_true", help="continue from the latest checkpoint")
-    checkpoint_every: int = flag("output", 0, type=non_negative_int,
-        help="checkpoint every N steps (0: at the end of every epoch)")
-    log_every: int = flag("output", 10, type=positive_int, help="print progress every N steps")
-    export: bool = flag("output", True, names=("--no-export",), action="store_false",
-        help="do not write RESULTS/export (the SavedModel for TF Serving and predict.py)")
-    warmup_steps: int = flag("output", 5, type=non_negative_int,
-        help="first steps left out of the throughput figures (tracing, autotuning)")
-    profile: tuple[int, int] | None = flag("output", None, type=step_window, metavar="START:END",
-        help="write a TensorBoard profiler trace of steps START+1..END to RESULTS/profile")
+    results_dir: str | None = _output(
+        None, "results.json, checkpoints and final weights (default: results/RECIPE)"
+    )
+    resume: bool = _output(False, "continue from the latest checkpoint", action="store_true")
+    checkpoint_every: int = _output(
+        0, "checkpoint every N steps (0: at the end of every epoch)", type=non_negative_int
+    )
+    log_every: int = _output(10, "print progress every N steps", type=positive_int)
+    export: bool = _output(
+        True,
+        "do not write RESULTS/export (the SavedModel for TF Serving and predict.py)",
+        names=("--no-export",),
+        action="store_false",
+    )
+    warmup_steps: int = _output(
+        5, "first steps left out of the throughput figures (tracing, autotuning)", type=non_negative_int
+    )
+    profile: tuple[int, int] | None = _output(
+        None,
+        "write a TensorBoard profiler trace of steps START+1..END to RESULTS/profile",
+        type=step_window,
+        metavar="START:END",
+    )
     # Every flag of the command line that made the run ({name: value}, before a recipe resolves its preset),
     # kept in RESULTS/config.yaml so that `train.py --config` can run it again; None: not kept
     flags: dict | None = None
@@ -247,13 +331,39 @@ class RunConfig:
     def results_folder(self, recipe: str) -> str:
         return self.results_dir or os.path.join("results", recipe)
 
+    def plan(self, num_examples: int, replicas: int) -> Plan:
+        """The steps this run trains over `num_examples` training examples an epoch on `replicas` replicas,
+        resolved once, before anything is built: the rate's schedule, the input pipeline and the Trainer
+        read them from it."""
+        global_batch = self.batch_size * replicas  # Distributed: the global batch
+        per_epoch = steps_per_epoch(num_examples, global_batch)
+        planned = self.epochs * per_epoch  # a schedule spans the epochs: --max-steps, --target end it sooner
+        return Plan(
+            num_examples, replicas, global_batch, per_epoch, planned, min(planned, self.max_steps or planned)
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The steps of one run (RunConfig.plan): its global batch, the steps of an epoch, those a learning-rate
+    schedule spans (every epoch) and those it trains (`total_steps`: --max-steps may end it sooner)."""
+
+    num_examples: int
+    replicas: int
+    global_batch: int
+    steps_per_epoch: int
+    planned_steps: int
+    total_steps: int
+
 
 def config_yaml(recipe: str, flags: dict) -> str:
     """RESULTS/config.yaml: `flags` ({name: number, text, boolean or null}), one per line, under a header
     that says how to run them again."""
-    header = (f"# The configuration of a {recipe} run: every flag of the command line that made it.\n"
-              "# Run it again with `train.py --config THIS_FILE`; flags given beside --config override its\n"
-              "# values (say, --results-dir DIR for a run into another folder).\n")
+    header = (
+        f"# The configuration of a {recipe} run: every flag of the command line that made it.\n"
+        "# Run it again with `train.py --config THIS_FILE`; flags given beside --config override its\n"
+        "# values (say, --results-dir DIR for a run into another folder).\n"
+    )
     return header + yaml.safe_dump(flags, sort_keys=True, default_flow_style=False, allow_unicode=True)
 
 
@@ -267,9 +377,11 @@ def read_config(path: str) -> dict:
         raise ValueError(f"the file cannot be read ({error.strerror or error})") from None
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         reason = " ".join(str(error).split())
-        raise ValueError(f"the file is not YAML ({reason}); give --config a results folder's config.yaml") \
-            from None
+        raise ValueError(
+            f"the file is not YAML ({reason}); give --config a results folder's config.yaml"
+        ) from None
     if not isinstance(values, dict) or not all(isinstance(name, str) for name in values):
-        raise ValueError("the file does not hold a mapping of flag names to values, as a results folder's "
-                         "config.yaml does")
+        raise ValueError(
+            "the file does not hold a mapping of flag names to values, as a results folder's config.yaml does"
+        )
     return values

@@ -7,16 +7,14 @@ LAUNCHERS = ("single", "mirrored", "multiworker", "horovod")
 # process drives its node's replicas; peers_from: "TF_CONFIG" (or SLURM's variables) or "mpi" (horovodrun,
 # mpirun, srun --mpi); collective: tf.distribute's all-reduce in the step, or Horovod's around
 # apply_gradients; k8s_kind: what `invoke k8s` makes, an Indexed Job or an MPIJob.
-LAUNCHER_TRAITS = {
-    "single": {"one_replica": True, "one_process": True, "multi_node": False, "gpus_per_process": "all",
-               "peers_from": None, "collective": None, "k8s_kind": None},
-    "mirrored": {"one_replica": False, "one_process": True, "multi_node": False, "gpus_per_process": "all",
-                 "peers_from": None, "collective": "strategy", "k8s_kind": None},
-    "multiworker": {"one_replica": False, "one_process": False, "multi_node": True, "gpus_per_process": 1,
-                    "peers_from": "TF_CONFIG", "collective": "strategy", "k8s_kind": "job"},
-    "horovod": {"one_replica": False, "one_process": False, "multi_node": True, "gpus_per_process": 1,
-                "peers_from": "mpi", "collective": "horovod", "k8s_kind": "mpijob"},
+_TRAITS = "one_replica one_process multi_node gpus_per_process peers_from collective k8s_kind".split()
+_TRAIT_ROWS = {
+    "single": (True, True, False, "all", None, None, None),
+    "mirrored": (False, True, False, "all", None, "strategy", None),
+    "multiworker": (False, False, True, 1, "TF_CONFIG", "strategy", "job"),
+    "horovod": (False, False, True, 1, "mpi", "horovod", "mpijob"),
 }
+LAUNCHER_TRAITS = {name: dict(zip(_TRAITS, row, strict=True)) for name, row in _TRAIT_ROWS.items()}
 
 
 def launcher_trait(launcher: str, trait: str):
@@ -37,9 +35,8 @@ STACK_FIRST_TENSORFLOW = {"ngc-25.02": (2, 17), "current": (2, 20)}  # the oldes
 def stack_of_tensorflow(version: str) -> str:
     """The stack of a TensorFlow version ("2.21.0", "2.17.0+nv25.2"): the newest whose first TensorFlow it
     has."""
-    have = tuple(int(part) for part in version.split(".")[:2])
-    return max((stack for stack in STACKS if have >= STACK_FIRST_TENSORFLOW[stack]),
-               key=STACK_FIRST_TENSORFLOW.get, default=DEFAULT_STACK)
+    have, first = tuple(int(part) for part in version.split(".")[:2]), STACK_FIRST_TENSORFLOW
+    return max((stack for stack in STACKS if have >= first[stack]), key=first.get, default=DEFAULT_STACK)
 
 
 # The exit statuses of every train.py.
@@ -91,10 +88,10 @@ PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError", "Can
 HOROVOD_PEER_ERRORS = ("HorovodInternalError", "UnknownError")
 
 # What every results.json holds.
-RESULT_FIELDS = frozenset({
-    "recipe", "launcher", "nodes", "replicas", "global_batch", "steps", "images_per_sec",
-    "images_per_sec_per_replica", "step_time_p50_ms", "step_time_p90_ms", "losses", "final_metrics",
-    "replica_fingerprints", "versions"})
+RESULT_FIELDS = frozenset(
+    "recipe launcher nodes replicas global_batch steps images_per_sec images_per_sec_per_replica "
+    "step_time_p50_ms step_time_p90_ms losses final_metrics replica_fingerprints versions".split()
+)
 RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.yaml"  # every flag of the run, which `train.py --config` runs again
 FINAL_WEIGHTS_FILE = "final.weights.h5"

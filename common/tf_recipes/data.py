@@ -11,6 +11,7 @@ examples whether the job is one process with N local replicas, N processes with 
 That matters beyond the mean gradient: batch normalisation computes its statistics per replica.
 Only integers are shuffled and sharded; decoding happens afterwards, on this pipeline's share only.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,7 @@ DOWNLOAD_HOST = "storage.googleapis.com"  # where TFDS and Keras download from (
 
 
 def cannot_download(timeout_s: float = 5.0) -> str | None:
-    """"HOST cannot be reached" when a download cannot start (no proxy, and DOWNLOAD_HOST does not answer on
+    """ "HOST cannot be reached" when a download cannot start (no proxy, and DOWNLOAD_HOST does not answer on
     443 at once: the downloaders would retry for minutes), else None."""
     if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return None
@@ -64,14 +65,18 @@ def check_labels(labels, num_classes: int, where: str, remedy: str) -> None:
     fails mid-step on the CPU naming no example, and gives a NaN loss on a GPU)."""
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"{where}: labels must be a 1-D integer array, got {labels.dtype} of shape "
-                        f"{labels.shape}; {remedy}")
+        raise DataError(
+            f"{where}: labels must be a 1-D integer array, got {labels.dtype} of shape "
+            f"{labels.shape}; {remedy}"
+        )
     bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
     if len(bad):
         values = np.unique(labels[bad])[:5].tolist()
-        raise DataError(f"{where}: {len(bad)} of {len(labels)} labels are outside the model's classes "
-                        f"0..{num_classes - 1}, e.g. label {int(labels[bad[0]])} of example {int(bad[0])} "
-                        f"(values {values}); {remedy}")
+        raise DataError(
+            f"{where}: {len(bad)} of {len(labels)} labels are outside the model's classes "
+            f"0..{num_classes - 1}, e.g. label {int(labels[bad[0]])} of example {int(bad[0])} "
+            f"(values {values}); {remedy}"
+        )
 
 
 @dataclass(frozen=True)
@@ -88,21 +93,25 @@ class InputShard:
         if not 0 <= self.pipeline_id < self.num_pipelines:
             raise ValueError(f"pipeline_id {self.pipeline_id} outside 0..{self.num_pipelines - 1}")
         if self.global_batch % self.num_pipelines:  # Distributed: whole slices for every pipeline
-            raise ValueError(f"global batch {self.global_batch} does not divide over {self.num_pipelines} "
-                             "pipelines")
+            raise ValueError(
+                f"global batch {self.global_batch} does not divide over {self.num_pipelines} pipelines"
+            )
 
 
 def steps_per_epoch(num_examples: int, global_batch: int) -> int:
     """Whole global batches in one pass over the data; the remainder is left out of that epoch."""
     steps = num_examples // global_batch
     if steps == 0:
-        raise DataError(f"{num_examples} examples do not fill one global batch of {global_batch}; "
-                        "lower --batch-size or use fewer replicas")
+        raise DataError(
+            f"{num_examples} examples do not fill one global batch of {global_batch}; "
+            "lower --batch-size or use fewer replicas"
+        )
     return steps
 
 
-def epoch_order(num_examples: int, global_batch: int, epoch: int, seed: int,
-                shuffle: bool = True) -> np.ndarray:
+def epoch_order(
+    num_examples: int, global_batch: int, epoch: int, seed: int, shuffle: bool = True
+) -> np.ndarray:
     """All example indices of one epoch in training order, cut to whole global batches."""
     order = np.arange(num_examples, dtype=np.int64)
     if shuffle:
@@ -110,8 +119,14 @@ def epoch_order(num_examples: int, global_batch: int, epoch: int, seed: int,
     return order[: steps_per_epoch(num_examples, global_batch) * global_batch]
 
 
-def global_order(num_examples: int, global_batch: int, total_steps: int, seed: int,
-                 start_step: int = 0, shuffle: bool = True) -> np.ndarray:
+def global_order(
+    num_examples: int,
+    global_batch: int,
+    total_steps: int,
+    seed: int,
+    start_step: int = 0,
+    shuffle: bool = True,
+) -> np.ndarray:
     """Every example index the job trains on in global steps [start_step, total_steps), in order."""
     per_epoch = steps_per_epoch(num_examples, global_batch)
     parts = []
@@ -119,7 +134,7 @@ def global_order(num_examples: int, global_batch: int, total_steps: int, seed: i
         order = epoch_order(num_examples, global_batch, epoch, seed, shuffle)
         first = max(start_step - epoch * per_epoch, 0)
         last = min(total_steps - epoch * per_epoch, per_epoch)
-        parts.append(order[first * global_batch: last * global_batch])
+        parts.append(order[first * global_batch : last * global_batch])
     return np.concatenate(parts) if parts else np.zeros([0], np.int64)
 
 
@@ -131,8 +146,14 @@ def pipeline_positions(shard: InputShard, num_positions: int) -> np.ndarray:
     return positions[:, shard.pipeline_id, :].reshape(-1)
 
 
-def sharded_order(num_examples: int, shard: InputShard, total_steps: int, seed: int,
-                  start_step: int = 0, shuffle: bool = True) -> np.ndarray:
+def sharded_order(
+    num_examples: int,
+    shard: InputShard,
+    total_steps: int,
+    seed: int,
+    start_step: int = 0,
+    shuffle: bool = True,
+) -> np.ndarray:
     """This pipeline's example indices for global steps [start_step, total_steps), in order: the same count
     on every pipeline, so no worker waits on a collective another never joins."""
     order = global_order(num_examples, shard.global_batch, total_steps, seed, start_step, shuffle)
@@ -143,8 +164,11 @@ def eval_share(num_examples: int, num_pipelines: int, pipeline_id: int) -> slice
     """Pipeline `pipeline_id`'s contiguous share of an evaluation set of `num_examples`: the shares cover
     every example once and differ in size by at most one."""
     if num_examples < num_pipelines:
-        raise DataError(f"the evaluation set has {num_examples} examples, fewer than the {num_pipelines} "
-                        "processes that share it; evaluate on more examples or with fewer processes")
+        raise DataError(
+            f"the evaluation set has {num_examples} examples, fewer than the {num_pipelines} "
+            "processes that share it; evaluate on more examples or with fewer processes"
+        )
     # Distributed: this process's share of the evaluation set
-    return slice(pipeline_id * num_examples // num_pipelines,
-                 (pipeline_id + 1) * num_examples // num_pipelines)
+    return slice(
+        pipeline_id * num_examples // num_pipelines, (pipeline_id + 1) * num_examples // num_pipelines
+    )

@@ -3,6 +3,7 @@ float16 loss scale must be bit-identical, or the run ends with DesyncError (exit
 before a result is written. Losses can agree while weights drift; a run whose replicas drifted trained no
 single model. The replicas' fingerprints and loss scales it gathers are results.json's
 "replica_fingerprints" and "loss_scaling"."""
+
 from __future__ import annotations
 
 import keras
@@ -37,30 +38,36 @@ def gather_loss_scaling(launcher: Launcher, optimizer, step: int) -> dict | None
     DesyncError when two replicas differ."""
     if not scales_loss(optimizer):
         return None
-    rows = [[float(scale.numpy()), step - int(applied.numpy())]
-            for scale, applied in zip(replica_copies(optimizer.dynamic_scale),
-                                      replica_copies(optimizer.iterations), strict=False)]
+    pairs = zip(replica_copies(optimizer.dynamic_scale), replica_copies(optimizer.iterations), strict=False)
+    rows = [[float(scale.numpy()), step - int(applied.numpy())] for scale, applied in pairs]
     rows = launcher.gather_replica_rows(rows)  # Distributed: loss scales gathered from every replica
     scales, skipped = [row[0] for row in rows], [int(row[1]) for row in rows]
     if len(set(scales)) > 1 or len(set(skipped)) > 1:
-        listing = ", ".join(f"replica {i}: {scale:g} ({count} skipped)"
-                            for i, (scale, count) in enumerate(zip(scales, skipped, strict=True)))
-        raise DesyncError(f"replicas finished with different loss scales or skipped steps ({listing}); "
-                          "they did not skip the same overflowed steps, so this run trained no single model; "
-                          "results were not written")
-    log(launcher, f"loss scale {scales[0]:g} on every replica; {skipped[0]} of {step} steps skipped for "
-                  "overflow on every replica")
-    return {"initial_scale": optimizer.initial_scale, "growth_steps": optimizer.dynamic_growth_steps,
-            "final_scale": scales[0], "skipped_steps": skipped[0],
-            "replica_scales": scales, "replica_skipped_steps": skipped}
+        replicas = enumerate(zip(scales, skipped, strict=True))
+        listing = ", ".join(f"replica {i}: {scale:g} ({count} skipped)" for i, (scale, count) in replicas)
+        raise DesyncError(
+            f"replicas finished with different loss scales or skipped steps ({listing}); they did not skip "
+            "the same overflowed steps, so this run trained no single model; results were not written"
+        )
+    log(
+        launcher,
+        f"loss scale {scales[0]:g} on every replica; {skipped[0]} of {step} steps skipped for "
+        "overflow on every replica",
+    )
+    settings = {"initial_scale": optimizer.initial_scale, "growth_steps": optimizer.dynamic_growth_steps}
+    final = {"final_scale": scales[0], "skipped_steps": skipped[0]}
+    return {**settings, **final, "replica_scales": scales, "replica_skipped_steps": skipped}
 
 
 def agreed_fingerprints(launcher: Launcher, variables) -> list[str]:
     """Every replica's fingerprint of `variables`, on every process; DesyncError unless all are one."""
     fingerprints = launcher.all_fingerprints(variables)  # Distributed: desync guard's gather
     check_in_sync(fingerprints)
-    log(launcher, f"replicas in sync: {len(fingerprints)} identical fingerprints of the weights, "
-                  f"any batch-norm statistics and any loss scale ({fingerprints[0]})")
+    log(
+        launcher,
+        f"replicas in sync: {len(fingerprints)} identical fingerprints of the weights, "
+        f"any batch-norm statistics and any loss scale ({fingerprints[0]})",
+    )
     return fingerprints
 
 
@@ -71,4 +78,5 @@ def check_in_sync(fingerprints: list[str]) -> None:
         raise DesyncError(
             f"replicas finished with different weights ({listing}). The launchers did not keep "
             "them in sync, so this run trained no single model; results were not written. "
-            "Check the Keras version (>= 3.8 is required for MirroredStrategy) and the launcher.")
+            "Check the Keras version (>= 3.8 is required for MirroredStrategy) and the launcher."
+        )

@@ -5,6 +5,7 @@ A point is {"step", "examples_seen", "seconds" (since the process started, plus 
 attempts' time), and the metrics}. The curve is kept beside the checkpoints (checkpoints/curve.json), so a
 resume continues it. Imports no TensorFlow: the flags are parsed before TensorFlow loads.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,8 @@ class Curve:
 
     def add(self, step: int, metrics: dict) -> dict:
         """The point of an evaluation at `step`, replacing any from a later step (a resume went back)."""
-        point = {"step": step, "examples_seen": step * self.global_batch, "seconds": self.seconds(),
-                 **{key: value for key, value in metrics.items() if key != "examples"}}
+        point = {"step": step, "examples_seen": step * self.global_batch, "seconds": self.seconds()}
+        point.update((key, value) for key, value in metrics.items() if key != "examples")
         self.points = [p for p in self.points if p["step"] < step] + [point]
         return point
 
@@ -71,9 +72,13 @@ class Curve:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as error:
-            return (f"{self.path} cannot be read ({type(error).__name__}); the learning curve starts again "
-                    f"at step {step}, without the points before it")
+            return (
+                f"{self.path} cannot be read ({type(error).__name__}); the learning curve starts again "
+                f"at step {step}, without the points before it"
+            )
         self.points = [p for p in saved.get("points", []) if p.get("step", math.inf) <= step]
-        self.earlier_seconds = float(saved.get("seconds", 0.0)) if saved.get("step") == step else (
-            max((p["seconds"] for p in self.points), default=0.0))
+        if saved.get("step") == step:
+            self.earlier_seconds = float(saved.get("seconds", 0.0))
+        else:
+            self.earlier_seconds = max((p["seconds"] for p in self.points), default=0.0)
         return None

@@ -7,6 +7,7 @@ signature takes encoded image files, decodes and resizes them in the graph, and 
 model: every recipe's model holds its own preprocessing, so that training, evaluation, this export and
 predict.py cannot prepare an image differently.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ import keras
 import tensorflow as tf
 
 from tf_recipes.atomic import fsync_directory, fsync_tree, write_atomically
-from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,
-                                 EXPORT_LABELS_FILE, UserError, class_name_problem)
+from tf_recipes.contract import EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT
+from tf_recipes.contract import EXPORT_LABELS_FILE, UserError, class_name_problem
 from tf_recipes.data import DataError
 from tf_recipes.reporting import disk_full_is_one_line, nbytes
 
@@ -33,6 +34,7 @@ VERSION_NAME = re.compile(r"[0-9]+")  # the names TF Serving reads as versions
 PARTIAL_PREFIX = ".partial-"  # RESULTS/export/.partial-XXXXXXXX: a version being written
 # in such a folder: tf_recipes.export made it; a later export deletes it
 PARTIAL_MARKER = ".tf-recipes-export"
+_MARKER_TEXT = "written by tf_recipes.export: a version being written; a later export deletes this folder\n"
 
 
 class ExportError(UserError):
@@ -42,6 +44,7 @@ class ExportError(UserError):
 def decode_images(encoded, image_size, channels, antialias=False):
     """Encoded image files [N] -> uint8 [N, H, W, channels], resized (bilinear) as the recipes' pipelines
     do."""
+
     def decode(data):
         image = tf.io.decode_image(data, channels=channels, expand_animations=False)
         image = tf.image.resize(image, image_size, antialias=antialias)
@@ -67,28 +70,34 @@ class ExportSpec:
     def checked(self) -> ExportSpec:
         """This spec, or a one-line ExportError that names the field: before training, not after it. A class
         name that cannot be one line of labels.txt (one would shift every label after it) is a DataError."""
-        def sizes(value):
-            return (isinstance(value, (tuple, list)) and len(value) == 2
-                    and all(isinstance(n, int) and n > 0 for n in value))
+
+        def size_problem(field, value):
+            pair = isinstance(value, (tuple, list)) and len(value) == 2
+            whole = pair and all(isinstance(n, int) and n > 0 for n in value)
+            return not whole and f"{field} {value!r} is not (height, width) in pixels"
 
         problems = [
-            self.task not in (CLASSIFICATION, SEGMENTATION) and f"task {self.task!r} is not "
-                                                               f"{CLASSIFICATION!r} or {SEGMENTATION!r}",
+            self.task not in (CLASSIFICATION, SEGMENTATION)
+            and f"task {self.task!r} is not {CLASSIFICATION!r} or {SEGMENTATION!r}",
             not self.class_names and "class_names is empty",
-            not sizes(self.image_size) and f"image_size {self.image_size!r} is not (height, width) in pixels",
+            size_problem("image_size", self.image_size),
             self.channels not in (1, 3) and f"channels {self.channels!r} is not 1 or 3",
             not callable(self.build) and "build is not a function that makes the model",
-            self.task == SEGMENTATION and len(self.palette or ()) != len(self.class_names or ())
+            self.task == SEGMENTATION
+            and len(self.palette or ()) != len(self.class_names or ())
             and f"palette has {len(self.palette or ())} colours for {len(self.class_names or ())} classes",
-            self.output_size is not None and not sizes(self.output_size)
-            and f"output_size {self.output_size!r} is not (height, width) in pixels"]
+            self.output_size is not None and size_problem("output_size", self.output_size),
+        ]
         if problem := next((p for p in problems if p), None):
-            raise ExportError(f"the export this run would write is wrong: {problem} (the recipe's "
-                              "ExportSpec)")
+            raise ExportError(
+                f"the export this run would write is wrong: {problem} (the recipe's ExportSpec)"
+            )
         for name in self.class_names:
             if class_name_problem(name):
-                raise DataError(f"class name {name!r} {class_name_problem(name)}, so it cannot be a line of "
-                                f"{EXPORT_LABELS_FILE}; rename the class")
+                raise DataError(
+                    f"class name {name!r} {class_name_problem(name)}, so it cannot be a line of "
+                    f"{EXPORT_LABELS_FILE}; rename the class"
+                )
         return self
 
 
@@ -117,12 +126,12 @@ def write_export(folder, model, spec: ExportSpec, recipe: str):
     os.makedirs(extra)
     write_atomically(os.path.join(extra, EXPORT_LABELS_FILE), "".join(f"{name}\n" for name in class_names))
     outputs = ["probabilities", "class_id"] if task == CLASSIFICATION else ["class_ids", "probabilities"]
-    info = {"recipe": recipe, "task": task, "image_size": list(image_size), "channels": channels,
-            "input": EXPORT_INPUT, "outputs": outputs}
+    info = dict(recipe=recipe, task=task, image_size=list(image_size), channels=channels, input=EXPORT_INPUT)
+    info["outputs"] = outputs
     if task == SEGMENTATION:  # the size of class_ids and probabilities, and every class's colour
         info["output_size"] = list(output_size)
-        classes = [{"id": i, "name": name, "colour": list(colour)}
-                   for i, (name, colour) in enumerate(zip(class_names, spec.palette, strict=True))]
+        pairs = zip(class_names, spec.palette, strict=True)
+        classes = [{"id": i, "name": name, "colour": list(colour)} for i, (name, colour) in enumerate(pairs)]
         write_atomically(os.path.join(extra, EXPORT_CLASSES_FILE), json.dumps(classes, indent=1))
     write_atomically(os.path.join(extra, EXPORT_INFO_FILE), json.dumps(info, indent=1))
 
@@ -133,8 +142,8 @@ def versions(base: str) -> list[str]:
         names = os.listdir(base)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted((name for name in names if VERSION_NAME.fullmatch(name)
-                   and os.path.isfile(os.path.join(base, name, SAVED_MODEL_FILE))), key=int)
+    numbered = (name for name in names if VERSION_NAME.fullmatch(name))
+    return sorted((n for n in numbered if os.path.isfile(os.path.join(base, n, SAVED_MODEL_FILE))), key=int)
 
 
 def next_version(results_dir: str) -> int:
@@ -142,17 +151,19 @@ def next_version(results_dir: str) -> int:
     take."""
     base = os.path.join(results_dir, EXPORT_DIR)
     if os.path.lexists(base) and not os.path.isdir(base):
-        raise ExportError(f"{base} is not a folder, and the exported model's versions go into that folder as "
-                          f"{base}/1, 2, ...: move it away, choose another --results-dir, or pass "
-                          "--no-export")
+        raise ExportError(
+            f"{base} is not a folder, and the exported model's versions go into that folder as "
+            f"{base}/1, 2, ...: move it away, choose another --results-dir, or pass --no-export"
+        )
     found = versions(base)
     for name in sorted(os.listdir(base) if os.path.isdir(base) else []):
         if VERSION_NAME.fullmatch(name) and name not in found:
             path = os.path.join(base, name)
             kind = "a folder without saved_model.pb" if os.path.isdir(path) else "not a folder"
-            raise ExportError(f"{path} is named like a model version but is {kind}, and TF Serving would try "
-                              f"to load it: move it out of {base} (or delete it), or choose another "
-                              "--results-dir")
+            raise ExportError(
+                f"{path} is named like a model version but is {kind}, and TF Serving would try to load it: "
+                f"move it out of {base} (or delete it), or choose another --results-dir"
+            )
     return max((int(name) for name in found), default=0) + 1
 
 
@@ -165,13 +176,11 @@ def publish(results_dir, write) -> str:
         fsync_directory(results_dir)
     for name in sorted(os.listdir(base)):  # what an export killed before its rename left, marked as its own
         path = os.path.join(base, name)
-        if name.startswith(PARTIAL_PREFIX) and not os.path.islink(path) \
-                and os.path.isfile(os.path.join(path, PARTIAL_MARKER)):
+        marker = os.path.join(path, PARTIAL_MARKER)
+        if name.startswith(PARTIAL_PREFIX) and not os.path.islink(path) and os.path.isfile(marker):
             shutil.rmtree(path, ignore_errors=True)
     partial = tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=base)
-    write_atomically(os.path.join(partial, PARTIAL_MARKER),
-                     "written by tf_recipes.export: a version being written; a later export deletes this "
-                     "folder\n")
+    write_atomically(os.path.join(partial, PARTIAL_MARKER), _MARKER_TEXT)
     folder = os.path.join(partial, "version")  # renamed to RESULTS/export/N when whole
     try:
         write(folder)
@@ -189,18 +198,19 @@ def export_model(launcher, results_dir, model, spec: ExportSpec, recipe: str) ->
     """On every process: the chief exports `model`'s weights in `spec.build()`'s copy (outside any
     strategy)."""
     # Distributed: the chief's RESULTS/export decides, and every process learns of a refusal
-    launcher.chief_decides(lambda: next_version(results_dir), ExportError(
-        f"the chief refused to write the export into {results_dir} (its error line says why)"))
+    refused = f"the chief refused to write the export into {results_dir} (its error line says why)"
+    launcher.chief_decides(lambda: next_version(results_dir), ExportError(refused))
     final = None
     if launcher.is_chief:  # Distributed: only the chief writes the export
         plain = spec.build()
         plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
         # A full or read-only disk: one line; publish leaves nothing half-written and the versions before
         # intact
-        with disk_full_is_one_line(os.path.join(results_dir, EXPORT_DIR), nbytes(plain.weights),
-                                   "the export"):
+        base = os.path.join(results_dir, EXPORT_DIR)
+        with disk_full_is_one_line(base, nbytes(plain.weights), "the export"):
             final = publish(results_dir, lambda folder: write_export(folder, plain, spec, recipe))
-        print(f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded images)",
-              flush=True)
+        print(
+            f"export: {final} (signature serving_default, input {EXPORT_INPUT}: encoded images)", flush=True
+        )
     launcher.barrier()
     return final

@@ -2,6 +2,7 @@
 labels, the same in every process: DIR/train/CLASS/*.jpg|*.jpeg|*.png and DIR/val/CLASS/..., or DIR/CLASS/...
 split by --val-fraction (drawn from --seed). Label i is the i-th class name in sorted order.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,16 +50,22 @@ def _classes(folder: str) -> dict[str, list[str]]:
         if not os.path.isdir(path):
             continue
         if class_name_problem(name):
-            raise DataError(f"class folder {name!r} in {folder}: the name {class_name_problem(name)}, and "
-                            "each class name is one line of the export's labels.txt; rename the folder")
+            raise DataError(
+                f"class folder {name!r} in {folder}: the name {class_name_problem(name)}, and "
+                "each class name is one line of the export's labels.txt; rename the folder"
+            )
         # Distributed: sorted, so every process lists the same files
         listing = user_paths.list_files(path, suffixes=IMAGE_SUFFIXES)
         for other, what in listing.others[:1]:  # never opened: a FIFO would block the run
-            raise DataError(f"{user_paths.not_a_file(other, what)}, in class {name!r} of {folder}; "
-                            "replace it with the photo itself or remove it")
+            raise DataError(
+                f"{user_paths.not_a_file(other, what)}, in class {name!r} of {folder}; "
+                "replace it with the photo itself or remove it"
+            )
         if not listing.files:
-            raise DataError(f"class {name!r} in {folder} holds no .jpg, .jpeg or .png file; "
-                            "add its photos or remove the folder")
+            raise DataError(
+                f"class {name!r} in {folder} holds no .jpg, .jpeg or .png file; "
+                "add its photos or remove the folder"
+            )
         classes[name] = listing.files
     if not classes:
         raise DataError(f"{folder} holds no class subfolders; expected one folder of photos per class")
@@ -74,8 +81,10 @@ def _as_split(classes: dict[str, list[str]], names: list[str]) -> tuple[list[str
 def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: int = 0) -> ImageFolder:
     """The folder's classes and its train and val splits (paths, labels), or a one-line DataError."""
     if not data_dir or not os.path.isdir(data_dir):
-        raise DataError(f"--data-dir {data_dir} does not exist; --data-format image-folder needs a folder "
-                        "with train/ and val/ (or one folder of classes and --val-fraction)")
+        raise DataError(
+            f"--data-dir {data_dir} does not exist; --data-format image-folder needs a folder "
+            "with train/ and val/ (or one folder of classes and --val-fraction)"
+        )
     if val_fraction is not None:
         if not 0 < val_fraction < 1:
             raise DataError(f"--val-fraction {val_fraction} must be between 0 and 1")
@@ -85,23 +94,30 @@ def read_image_folder(data_dir: str, val_fraction: float | None = None, seed: in
             order = rng.permutation(len(files))
             cut = max(1, int(round(len(files) * val_fraction)))
             if cut >= len(files):
-                raise DataError(f"class {name!r} in {data_dir} has {len(files)} photo(s): too few to keep "
-                                f"some for training with --val-fraction {val_fraction}")
+                raise DataError(
+                    f"class {name!r} in {data_dir} has {len(files)} photo(s): too few to keep "
+                    f"some for training with --val-fraction {val_fraction}"
+                )
             val[name] = sorted(files[i] for i in order[:cut])
             train[name] = sorted(files[i] for i in order[cut:])
     else:
         found = {split: os.path.join(data_dir, split) for split in (TRAIN, VAL)}
         for split, path in found.items():
             if not os.path.isdir(path):
-                raise DataError(f"{data_dir} has no {split}/ folder; give train/ and val/ of class "
-                                "subfolders, or pass --val-fraction F to split one folder of classes")
+                raise DataError(
+                    f"{data_dir} has no {split}/ folder; give train/ and val/ of class "
+                    "subfolders, or pass --val-fraction F to split one folder of classes"
+                )
         train, val = _classes(found[TRAIN]), _classes(found[VAL])
         for name in sorted(set(train) - set(val)):
-            raise DataError(f"class {name!r} is in {found[TRAIN]} but not in {found[VAL]}; add its "
-                            "validation photos")
+            raise DataError(
+                f"class {name!r} is in {found[TRAIN]} but not in {found[VAL]}; add its validation photos"
+            )
         for name in sorted(set(val) - set(train)):
-            raise DataError(f"class {name!r} is in {found[VAL]} but not in {found[TRAIN]}; "
-                            "remove it or add training photos")
+            raise DataError(
+                f"class {name!r} is in {found[VAL]} but not in {found[TRAIN]}; "
+                "remove it or add training photos"
+            )
     names = sorted(train)
     return ImageFolder(data_dir, names, {TRAIN: _as_split(train, names), VAL: _as_split(val, names)})
 

@@ -3,6 +3,7 @@ device), mirrored (MirroredStrategy over the local GPUs or N logical CPU devices
 (MultiWorkerMirroredStrategy; cluster from TF_CONFIG, SLURM or an Indexed Job) and horovod. The loop is
 tf_recipes.training's GradientTape: Keras 3's `fit` fails under the last two (tensorflow#72388, horovod#4290).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from tf_recipes import cluster, contract
-from tf_recipes.contract import (COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS,
-                                 PEER_ERRORS, ClusterError, UserError)
+from tf_recipes.contract import COLLECTIVES, GPUS_PER_PROCESS_ENV, HOROVOD_PEER_ERRORS, LAUNCHERS
+from tf_recipes.contract import PEER_ERRORS, ClusterError, UserError
 from tf_recipes.data import InputShard, eval_share
 
 
@@ -77,8 +78,11 @@ class Launcher:
     def input_shard(self, per_replica_batch: int) -> InputShard:
         """This process's share of the data: one input pipeline per worker process."""
         # Distributed: one data shard per process
-        return InputShard(self.num_workers, self.worker_index, per_replica_batch,
-                          per_replica_batch * self.num_replicas)
+        return self._shard(self.num_workers, self.worker_index, per_replica_batch)
+
+    def _shard(self, pipelines: int, index: int, batch: int) -> InputShard:
+        """Input pipeline `index` of `pipelines`, in per-replica batches of `batch` for the job's replicas."""
+        return InputShard(pipelines, index, batch, batch * self.num_replicas)
 
     def eval_share(self, num_examples: int) -> slice:
         """This process's contiguous share of an evaluation set: every example in exactly one share."""
@@ -91,9 +95,9 @@ class Launcher:
 
     def distribute_dataset(self, dataset_fn, per_replica_batch: int):
         """`dataset_fn(InputShard)` -> per-replica batches; returns what `run` takes, step by step."""
-        def per_worker(context: tf.distribute.InputContext):
-            return dataset_fn(InputShard(context.num_input_pipelines, context.input_pipeline_id,
-                                         per_replica_batch, per_replica_batch * self.num_replicas))
+
+        def per_worker(ctx: tf.distribute.InputContext):
+            return dataset_fn(self._shard(ctx.num_input_pipelines, ctx.input_pipeline_id, per_replica_batch))
 
         # Strategy: one pipeline per worker
         return self.strategy.distribute_datasets_from_function(per_worker)
@@ -105,8 +109,7 @@ class Launcher:
         if not reduce:
             return None
         # Strategy: step outputs summed over replicas
-        return {key: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
-                for key, value in outputs.items()}
+        return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in outputs.items()}
 
     def aggregate_gradients(self, gradients):
         """Gradients every replica applies. Strategies sum inside `apply_gradients`; Horovod here."""
@@ -129,7 +132,8 @@ class Launcher:
         first = self.worker_index * self.local_replicas
         # Strategy: one value per replica
         return self.strategy.experimental_distribute_values_from_function(
-            lambda context: tf.constant(value(context.replica_id_in_sync_group - first), dtype))
+            lambda context: tf.constant(value(context.replica_id_in_sync_group - first), dtype)
+        )
 
     def sum_over_processes(self, values: np.ndarray) -> np.ndarray:
         """Element-wise float64 sum of `values` over every process of the job."""
@@ -144,10 +148,10 @@ class Launcher:
     def all_fingerprints(self, variables) -> list[str]:
         """Fingerprint of every replica in the job, known to every process."""
         # Distributed: one fingerprint per replica of this process
-        local = [weights_fingerprint([copy.numpy() for copy in copies])
-                 for copies in zip(*[replica_copies(v) for v in variables], strict=False)]
+        per_replica = zip(*[replica_copies(v) for v in variables], strict=False)
+        local = [weights_fingerprint([copy.numpy() for copy in copies]) for copies in per_replica]
         # Collectives carry numbers, not strings: each hex digest travels as 16-bit chunks.
-        codes = [[int(fp[i:i + 4], 16) for i in range(0, len(fp), 4)] for fp in local]
+        codes = [[int(fp[i : i + 4], 16) for i in range(0, len(fp), 4)] for fp in local]
         # Distributed: fingerprints gathered from every replica
         return ["".join(f"{int(code):04x}" for code in row) for row in self.gather_replica_rows(codes)]
 
@@ -189,7 +193,8 @@ class SingleLauncher(Launcher):
         if cpu_replicas != 1:
             raise LauncherError(
                 f"--cpu-replicas {cpu_replicas} does not apply to --launcher single, which runs one "
-                "replica; use --launcher mirrored, multiworker or horovod for more")
+                "replica; use --launcher mirrored, multiworker or horovod for more"
+            )
         _gpus(grow_memory=True)
         self.strategy = tf.distribute.get_strategy()  # the first GPU if there is one, else the CPU
 
@@ -206,9 +211,8 @@ class MirroredLauncher(Launcher):
         # the CPU split into N logical devices, before TensorFlow initialises them
         if not _gpus(grow_memory=True):
             # Strategy: the CPU split into replicas
-            tf.config.set_logical_device_configuration(
-                tf.config.list_physical_devices("CPU")[0],
-                [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
+            logical = [tf.config.LogicalDeviceConfiguration()] * cpu_replicas
+            tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0], logical)
             devices = [f"/cpu:{i}" for i in range(cpu_replicas)]
         self.strategy = tf.distribute.MirroredStrategy(devices=devices)  # Strategy: one replica per device
         self.num_replicas = self.local_replicas = self.strategy.num_replicas_in_sync
@@ -226,8 +230,7 @@ class MultiWorkerLauncher(Launcher):
         resolver = _cluster_resolver()  # Strategy: the cluster this worker belongs to
         _gpus(grow_memory=True)
         spec = resolver.cluster_spec().as_dict()
-        addresses = [address for task_type in sorted(spec, key=lambda t: t != "chief")
-                     for address in spec[task_type]]
+        addresses = [address for kind in sorted(spec, key=lambda t: t != "chief") for address in spec[kind]]
         chiefs = len(spec.get("chief", []))  # a worker's index counts the chief before it
         self.worker_index = resolver.task_id + (chiefs if resolver.task_type == "worker" else 0)
         self.num_workers = len(addresses)
@@ -239,8 +242,9 @@ class MultiWorkerLauncher(Launcher):
         implementation = getattr(tf.distribute.experimental.CommunicationImplementation, collective.upper())
         options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
         # Strategy: replicas across worker processes
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
-                                                                  communication_options=options)
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
         self.num_replicas = self.strategy.num_replicas_in_sync
         self.local_replicas = self.num_replicas // self.num_workers
         self.barrier()  # Distributed: only a complete cluster passes
@@ -260,7 +264,8 @@ def _cluster_resolver():
         raise LauncherError(
             "--launcher multiworker needs a cluster: set TF_CONFIG for every worker (e.g. start them with "
             "`python -m tf_recipes.operations.spawn --nproc N -- python train.py ...`) or run under SLURM "
-            "srun")
+            "srun"
+        )
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as slurm
 
     check_slurm_environment(os.environ)
@@ -291,9 +296,10 @@ def wait_for_peers(addresses: list[str], own: int, seconds: float) -> None:
         family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
         listener = socket.create_server(("", port), family=family, dualstack_ipv6=family == socket.AF_INET6)
     except OSError as error:
-        raise ClusterError(f"worker {own}: its port {port} ({addresses[own]}) cannot be opened "
-                           f"({error.strerror}); another process holds it: stop that process or give this "
-                           "worker another port") from None
+        raise ClusterError(
+            f"worker {own}: its port {port} ({addresses[own]}) cannot be opened ({error.strerror}); another "
+            "process holds it: stop that process or give this worker another port"
+        ) from None
     others, deadline = [i for i in range(len(addresses)) if i != own], time.monotonic() + seconds
     try:
         while others := [i for i in others if not _answers(addresses[i])]:
@@ -302,7 +308,8 @@ def wait_for_peers(addresses: list[str], own: int, seconds: float) -> None:
                 raise ClusterError(
                     f"worker {own}: the cluster did not form within {seconds:g} s: {who} never joined; start "
                     "every worker with the same cluster (TF_CONFIG, SLURM or Job), check that the addresses "
-                    "are reachable from this one, or raise --join-timeout")
+                    "are reachable from this one, or raise --join-timeout"
+                )
             time.sleep(0.5)
     finally:
         listener.close()  # TensorFlow's server takes the port over
@@ -314,8 +321,9 @@ def check_slurm_environment(environ) -> None:
     for name, minimum in (("SLURM_PROCID", 0), ("SLURM_STEP_NUM_TASKS", 1)):
         text = environ.get(name, "")
         if not text.strip().isdigit() or int(text) < minimum:
-            raise LauncherError(f"{name}={text!r} is not a whole number >= {minimum}; run the workers with "
-                                "srun")
+            raise LauncherError(
+                f"{name}={text!r} is not a whole number >= {minimum}; run the workers with srun"
+            )
         counts.append(int(text))
     if counts[0] >= counts[1]:
         raise LauncherError(f"SLURM_PROCID={counts[0]} is not below SLURM_STEP_NUM_TASKS={counts[1]}")
@@ -339,13 +347,17 @@ class HorovodLauncher(Launcher):
             import horovod.tensorflow as hvd
         except ImportError as error:
             stack, default = contract.stack_of_tensorflow(tf.__version__), contract.DEFAULT_STACK
+            if "horovod" in contract.STACK_LAUNCHERS[stack]:
+                raise LauncherError(
+                    f"--launcher horovod needs Horovod ({error}); build it with `bash ci/setup.sh --horovod` "
+                    "or use the container image"
+                ) from None
             raise LauncherError(
-                f"--launcher horovod needs Horovod ({error}); build it with `bash ci/setup.sh --horovod` or "
-                "use the container image" if "horovod" in contract.STACK_LAUNCHERS[stack] else
                 f"--launcher horovod needs Horovod, which builds only on the {default} stack (TensorFlow "
                 f"2.17); this Python has TensorFlow {tf.__version__}, the {stack} stack: use --launcher "
                 f"multiworker, or `bash ci/setup.sh --stack {default} --horovod`, or its image (invoke run "
-                f"--stack {default})") from None
+                f"--stack {default})"
+            ) from None
         from horovod.common import exceptions as horovod_exceptions
 
         self.hvd = hvd  # Horovod: the collectives' module
@@ -355,9 +367,8 @@ class HorovodLauncher(Launcher):
             tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
             _gpus(grow_memory=True)
         # Horovod: errors of a lost or frozen rank (Gloo's timeout: "Horovod has been shut down")
-        self.peer_errors = Launcher.peer_errors + tuple(
-            getattr(horovod_exceptions, name, None) or getattr(tf.errors, name)
-            for name in HOROVOD_PEER_ERRORS)
+        found = (getattr(horovod_exceptions, n, None) or getattr(tf.errors, n) for n in HOROVOD_PEER_ERRORS)
+        self.peer_errors = Launcher.peer_errors + tuple(found)
         self.num_workers = self.num_replicas = hvd.size()  # Horovod: ranks are replicas
         self.worker_index = hvd.rank()  # Horovod: this rank
         self.num_nodes = hvd.cross_size()  # Horovod: nodes of the job
@@ -398,11 +409,11 @@ class HorovodLauncher(Launcher):
         return [row for rank in self.hvd.allgather_object(rows) for row in rank]
 
 
-def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto",
-                    join_timeout: float = 300.0) -> Launcher:
+def create_launcher(
+    name: str, cpu_replicas: int = 1, collective: str = "auto", join_timeout: float = 300.0
+) -> Launcher:
     """Build the named launcher, before anything else touches TensorFlow's devices."""
-    classes = {cls.name: cls
-               for cls in (SingleLauncher, MirroredLauncher, MultiWorkerLauncher, HorovodLauncher)}
+    classes = {c.name: c for c in (SingleLauncher, MirroredLauncher, MultiWorkerLauncher, HorovodLauncher)}
     if name not in classes:
         raise LauncherError(f"unknown launcher {name!r}; choose one of {', '.join(LAUNCHERS)}")
     if collective not in COLLECTIVES:
@@ -416,5 +427,6 @@ def create_launcher(name: str, cpu_replicas: int = 1, collective: str = "auto",
             f"asked for {asked} GPU(s) per process ({GPUS_PER_PROCESS_ENV}={asked}) but TensorFlow sees "
             f"{seen} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); check the NVIDIA "
             "driver (nvidia-smi), the CUDA libraries TensorFlow loads, that the container runtime got "
-            "--gpus (docker run --gpus, apptainer --nv), and CUDA_VISIBLE_DEVICES; or run with --gpus 0")
+            "--gpus (docker run --gpus, apptainer --nv), and CUDA_VISIBLE_DEVICES; or run with --gpus 0"
+        )
     return classes[name](cpu_replicas=cpu_replicas, collective=collective, join_timeout=join_timeout)

@@ -3,6 +3,7 @@
 step's outputs, so every process stops after the same step with a checkpoint and exits with EXIT_STOPPED.
 A second Ctrl-C stops at once (KeyboardInterrupt, status 130). Passing the signals on to child processes is
 tf_recipes.operations.spawn's. And the threads a process's exit does not wait for (`leave_behind`)."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,8 @@ def peer_error_summary(error: Exception) -> str:
     """The line of a collective's error that says what happened to the peer (not "Graph execution error:")."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     # Distributed: the line that names the lost peer
-    telling = [line for line in lines
-               if re.search(r"heartbeat|shut down|task:\d+|[Cc]onnection|[Ss]ocket|Timed out", line)]
+    peer = r"heartbeat|shut down|task:\d+|[Cc]onnection|[Ss]ocket|Timed out"
+    telling = [line for line in lines if re.search(peer, line)]
     return (telling or lines or [type(error).__name__])[0][:200]
 
 
@@ -72,5 +73,5 @@ class StopFlag:
     def _handle(self, signum, frame) -> None:
         if self.signal_name is None:
             self.signal_name = signal.Signals(signum).name
-            print(f"{self.signal_name} received: stopping after the current step, with a checkpoint",
-                  file=sys.stderr, flush=True)
+            message = f"{self.signal_name} received: stopping after the current step, with a checkpoint"
+            print(message, file=sys.stderr, flush=True)

@@ -9,6 +9,7 @@ Every replica divides the *sum* of its per-example losses by the *global* batch,
 over the replicas (inside `apply_gradients`, or Horovod's `aggregate_gradients`) are exactly the gradient
 of the mean loss over the global batch, as one device computes it. A run ends in one call, `Trainer.finish`.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,10 +24,11 @@ import tensorflow as tf
 
 from tf_recipes import desync, evaluation as evaluating, export as exporting, reporting
 from tf_recipes.checkpoints import Checkpoints, hold_results_dir
-from tf_recipes.config import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, RunConfig, precision_policy
+from tf_recipes.config import LOSS_SCALE_GROWTH_STEPS, LOSS_SCALE_INITIAL, Plan, RunConfig
+from tf_recipes.config import config_yaml, precision_policy
 from tf_recipes.contract import ClusterError, UserError
 from tf_recipes.export import ExportSpec
-from tf_recipes.data import DataError, steps_per_epoch
+from tf_recipes.data import DataError
 from tf_recipes.launchers import Launcher
 from tf_recipes.reporting import log, scales_loss, write_json
 from tf_recipes.stopping import StopFlag, leave_behind, peer_error_summary
@@ -45,6 +47,7 @@ class Task:
 
 def classification_task() -> Task:
     """Sparse categorical cross-entropy and accuracy, for models that end in a softmax over classes."""
+
     def correct(y_true, y_pred):
         predicted = tf.cast(tf.argmax(y_pred, axis=-1), y_true.dtype)
         return {"correct": tf.reduce_sum(tf.cast(tf.equal(predicted, y_true), tf.float32))}
@@ -60,8 +63,7 @@ def classification_task() -> Task:
             metrics["majority_accuracy"] = float(np.max(sums["class_counts"]) / sums["examples"])
         return metrics
 
-    return Task(loss_fn=keras.losses.sparse_categorical_crossentropy, metric_sums=correct,
-                summarize=summarize, baseline_sums=class_counts)
+    return Task(keras.losses.sparse_categorical_crossentropy, correct, summarize, baseline_sums=class_counts)
 
 
 def configure_precision(amp: str | None) -> str:
@@ -103,25 +105,28 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return self.peak_rate * tf.where(step < warmup, ramp, decay)
 
     def get_config(self):
-        return {"peak_rate": self.peak_rate, "warmup_steps": self.warmup_steps,
-                "total_steps": self.total_steps}
+        return {
+            "peak_rate": self.peak_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+        }
 
 
-def learning_rate(base_rate: float, launcher: Launcher, scale_lr: bool, warmup_steps: int,
-                  schedule: str = "constant", total_steps: int = 0):
-    """The optimizer's rate (--lr-schedule): `base_rate`, a WarmupSchedule up to it times the replicas
-    (--scale-lr), or a WarmupCosineSchedule over `total_steps` to that peak (cosine)."""
+def learning_rate(config: RunConfig, plan: Plan):
+    """The optimizer's rate (--lr-schedule): --lr, a WarmupSchedule up to it times the replicas (--scale-lr),
+    or a WarmupCosineSchedule over the plan's steps to that peak (cosine)."""
     # Distributed: learning rate scaled by replicas
-    scale = float(launcher.num_replicas) if scale_lr else 1.0
-    if schedule == "cosine":
-        return WarmupCosineSchedule(base_rate * scale, warmup_steps, total_steps)
+    scale = float(plan.replicas) if config.scale_lr else 1.0
+    if config.lr_schedule == "cosine":
+        return WarmupCosineSchedule(config.lr * scale, config.lr_warmup_steps, plan.planned_steps)
     if scale == 1.0:
-        return base_rate
-    return WarmupSchedule(base_rate, scale, warmup_steps)
+        return config.lr
+    return WarmupSchedule(config.lr, scale, config.lr_warmup_steps)
 
 
-def loop_end(step: int, total_steps: int, steps_per_loop: int, every: tuple[int, ...] = (),
-             boundaries: tuple[int, ...] = ()) -> int:
+def loop_end(
+    step: int, total_steps: int, steps_per_loop: int, every: tuple = (), boundaries: tuple = ()
+) -> int:
     """The last step of the compiled call after `step`: at most `steps_per_loop` on, never past a multiple of
     any of `every` (--log-every, the checkpoints), a step of `boundaries` ahead (--profile) or the last."""
     ahead = [(step // interval + 1) * interval for interval in every] + [b for b in boundaries if step < b]
@@ -151,53 +156,83 @@ def release_in_background(holder: list) -> threading.Thread:
 
 
 class Trainer:
-    """The loop of one run of `recipe` over `num_examples` training examples an epoch, as `config` says
-    (tf_recipes.config.RunConfig); `export` describes the model that finish() exports, checked here, before
-    the first step, so that a wrong field never fails a run after hours of training."""
+    """One run of `recipe`, made in one step: `model` and `optimizer` (built under `launcher.scope()`) train
+    `task` for the steps of `plan` (`config.plan`), as `config` says (tf_recipes.config.RunConfig).
 
-    def __init__(self, launcher: Launcher, recipe: str, config: RunConfig, num_examples: int,
-                 export: ExportSpec | None = None):
-        self.launcher, self.recipe, self.config, self.num_examples = launcher, recipe, config, num_examples
+    Making it takes the results folder (a second run into it refuses), checks what the run will need before
+    its first step (`export`, the ExportSpec that finish() exports; --resume's checkpoint; the next export
+    version), builds the optimizer's state, restores the latest checkpoint under --resume (`start_step`) and
+    makes every replica's state one. Then `fit` trains, `evaluate` scores the model at the step it has
+    reached, `summary` says what the run did and `finish` writes it; evaluate and finish work without fit
+    too (the restored model, at `start_step`)."""
+
+    def __init__(
+        self,
+        launcher: Launcher,
+        recipe: str,
+        config: RunConfig,
+        plan: Plan,
+        *,
+        model,
+        optimizer,
+        task: Task,
+        export: ExportSpec | None = None,
+    ):
+        self.launcher, self.recipe, self.config, self.plan, self.task = launcher, recipe, config, plan, task
         self.results_dir = config.results_folder(recipe)
         self.export_spec = export.checked() if export else None
         self.exports = bool(export) and config.export  # RESULTS/export gets a version at the end
-        self.global_batch = config.batch_size * launcher.num_replicas  # Distributed: the global batch
-        self.steps_per_epoch = steps_per_epoch(num_examples, self.global_batch)
-        # A learning-rate schedule spans the epochs: --max-steps and --target only end the run sooner
-        self.planned_steps = config.epochs * self.steps_per_epoch
-        self.total_steps = min(self.planned_steps, config.max_steps or self.planned_steps)
-        self.start_step = 0
-        # The step training has reached; a Trainer that only evaluates (no setup) evaluates at step 0
+        self.total_steps = plan.total_steps  # where training ends: sooner when --target is reached
+        # The step training has reached
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.precision = keras.mixed_precision.global_policy().name  # configure_precision has set it
         if config.loss_scale_initial != LOSS_SCALE_INITIAL and self.precision != "mixed_float16":
-            raise UserError(f"--loss-scale-initial {config.loss_scale_initial:g} applies only to float16 "
-                            f"loss scaling, and this run computes in {self.precision}; add --amp float16 (a "
-                            "bare --amp is float16 only on a GPU) or leave --loss-scale-initial out")
-        self.checkpoints = Checkpoints(launcher, self.results_dir, config.resume, self.run_identity(),
-                                       self.total_steps, self.exports)
-        self.eval_interval = evaluating.eval_interval(config.eval_every, self.total_steps,
-                                                      self.steps_per_epoch)
-        self.curve = evaluating.Curve(self.checkpoints.folder, self.global_batch)
+            why = f"applies only to float16 loss scaling, and this run computes in {self.precision}"
+            raise UserError(
+                f"--loss-scale-initial {config.loss_scale_initial:g} {why}; add --amp float16 (a "
+                "bare --amp is float16 only on a GPU) or leave --loss-scale-initial out"
+            )
+        folder, identity = self.results_dir, self.run_identity()
+        self.checkpoints = Checkpoints(
+            launcher, folder, config.resume, identity, plan.total_steps, self.exports
+        )
+        self.eval_interval = evaluating.eval_interval(
+            config.eval_every, plan.total_steps, plan.steps_per_epoch
+        )
+        self.curve = evaluating.Curve(self.checkpoints.folder, plan.global_batch)
         self.evaluation = None  # fit's `evaluation`: this process's share of the held-out set, made anew
-        self._eval_steps = {}  # id(Task): its compiled evaluation step
+        self._explain_eval_error = None
+        self._eval_step = None  # the compiled evaluation step
         self._evaluated = None  # (step, metrics) of the last evaluation
         self._checkpointed = None  # the step of the last checkpoint
         # Distributed: the chief holds RESULTS for the run, so a second run into it refuses before it reads;
         # every process learns of a refusal, so that none waits for a chief that left
-        self._results_lock = launcher.chief_decides(lambda: hold_results_dir(self.results_dir), UserError(
-            f"{self.results_dir} is in use by another run (the chief's error line says which); wait for it to"
-            " end, or choose another --results-dir"))
+        in_use = UserError(
+            f"{folder} is in use by another run (the chief's error line says which); wait for "
+            "it to end, or choose another --results-dir"
+        )
+        self._results_lock = launcher.chief_decides(lambda: hold_results_dir(folder), in_use)
         self.checkpoints.check_resume_target(config.target)
         if self.exports:  # a RESULTS/export that cannot take the next version ends the run before it trains
             exporting.next_version(self.results_dir)
         # SIGTERM/SIGUSR1 stop the job after a step, with a checkpoint; installed after the launcher's own.
         self.stop_flag = StopFlag().install()
-        self.report = reporting.RunReport(launcher, self.results_dir, self.global_batch, self.total_steps,
-                                          self.steps_per_epoch, config.log_every, config.profile)
+        self.report = reporting.RunReport(launcher, folder, plan, config.log_every, config.profile)
         self.step_times = []  # seconds of every step fit ran
-        self.loss_scaling = None  # float16: what fit found out about the loss scale (results.json)
+        self.loss_scaling = self.fingerprints = None  # fit's check that the replicas agree (results.json)
         self._release = None  # the thread that releases fit's training iterator
+        with launcher.scope():  # Strategy: optimizer state on every replica
+            if self.precision == "mixed_float16":  # float16 gradients underflow without a loss scale
+                scale, growth = config.loss_scale_initial, LOSS_SCALE_GROWTH_STEPS
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer, scale, dynamic_growth_steps=growth)
+            optimizer.build(model.trainable_variables)
+        self.model, self.optimizer = model, optimizer
+        self.checkpoints.track(model, optimizer, self.step)
+        self.start_step = self.checkpoints.restore()  # 0 unless --resume found a checkpoint
+        # the curve goes on from the restored step, and so does the time to target
+        if self.start_step and (lost := self.curve.restore(self.start_step)):
+            log(launcher, lost)
+        launcher.prepare(model, optimizer)  # Distributed: every replica starts from one state
 
     def target_reached(self) -> dict | None:
         """{"step", "seconds"} of the first evaluation at --target, or None (also without one)."""
@@ -206,25 +241,16 @@ class Trainer:
     def run_identity(self) -> dict:
         """What decides the data order, the arithmetic and the per-replica state: a resumed run must match
         it."""
-        return {"recipe": self.recipe, "global_batch": self.global_batch,
-                "replicas": self.launcher.num_replicas, "per_replica_batch": self.config.batch_size,
-                "seed": self.config.seed, "training_examples": self.num_examples, "precision": self.precision}
-
-    def setup(self, model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
-        """Build the optimizer's state, restore the latest checkpoint (--resume), sync replicas."""
-        with self.launcher.scope():  # Strategy: optimizer state on every replica
-            if self.precision == "mixed_float16":  # float16 gradients underflow without a loss scale
-                optimizer = keras.optimizers.LossScaleOptimizer(
-                    optimizer, initial_scale=self.config.loss_scale_initial,
-                    dynamic_growth_steps=LOSS_SCALE_GROWTH_STEPS)
-            optimizer.build(model.trainable_variables)
-        self.model, self.optimizer = model, optimizer
-        self.checkpoints.track(model, optimizer, self.step)
-        self.start_step = self.checkpoints.restore()
-        # the curve goes on from the restored step, and so does the time to target
-        if self.start_step and (lost := self.curve.restore(self.start_step)):
-            log(self.launcher, lost)
-        self.launcher.prepare(model, optimizer)  # Distributed: every replica starts from one state
+        plan, config = self.plan, self.config
+        return dict(
+            recipe=self.recipe,
+            global_batch=plan.global_batch,
+            replicas=plan.replicas,
+            seed=config.seed,
+            per_replica_batch=config.batch_size,
+            training_examples=plan.num_examples,
+            precision=self.precision,
+        )
 
     def _build_train_step(self, task: Task):
         """The compiled call that runs --steps-per-loop steps on every replica. Each replica divides its
@@ -234,7 +260,7 @@ class Trainer:
         made equal here, so that the replicas end bit-identical and a checkpoint resumes exactly."""
         model, optimizer, launcher = self.model, self.optimizer, self.launcher
         variables = model.trainable_variables
-        global_batch = float(self.global_batch)
+        global_batch = float(self.plan.global_batch)
 
         # XLA compiles one replica's forward and backward pass; the collectives stay outside it.
         @tf.function(jit_compile=True if self.config.xla else None)
@@ -253,8 +279,8 @@ class Trainer:
         # float16 skips a step whose gradients overflowed. Horovod's ranks see the summed gradients; under
         # the strategies each process's first replica would decide alone, so the replicas decide together.
         # Strategy: replicas skip an overflowed step together
-        skip_together = (scales_loss(optimizer) and launcher.num_replicas > 1
-                         and launcher.traits["collective"] == "strategy")
+        strategy = launcher.traits["collective"] == "strategy"
+        skip_together = scales_loss(optimizer) and launcher.num_replicas > 1 and strategy
 
         def replica_step(x, y, stop):
             loss, gradients, sums = forward_backward(x, y)
@@ -290,23 +316,31 @@ class Trainer:
         overflowed = self.launcher.mean_over_replicas([1.0 - tf.cast(finite, tf.float32)])[0] > 0
         return [g if g is None else tf.where(overflowed, tf.constant(np.nan, g.dtype), g) for g in gradients]
 
-    def fit(self, dataset, task: Task, explain_input_error: Callable[[int], str | None] | None = None,
-            evaluation: Callable[[], tf.data.Dataset] | None = None,
-            explain_eval_error: Callable[[], str | None] | None = None) -> None:
+    def fit(
+        self,
+        dataset,
+        explain_input_error: Callable[[int], str | None] | None = None,
+        evaluation: Callable[[], tf.data.Dataset] | None = None,
+        explain_eval_error: Callable[[], str | None] | None = None,
+    ) -> None:
         """Train from `start_step` to `total_steps`, then check that every replica agrees.
 
         `explain_input_error(step)` names the file or value behind a data error in the batch of `step`
         (a one-line DataError instead of a traceback). `evaluation()` returns this process's share of the
         held-out set, evaluated every `eval_interval` steps (training ends at the first evaluation that
         reaches `target`); `explain_eval_error()` names the file behind a failed read of it."""
-        launcher = self.launcher
-        log(launcher, f"{self.recipe}: launcher {launcher.name}, {launcher.num_workers} process(es), "
-                      f"{launcher.num_replicas} replica(s), global batch {self.global_batch} "
-                      f"({self.config.batch_size} per replica), steps {self.start_step}..{self.total_steps} "
-                      f"({self.steps_per_epoch} per epoch)")
-        train_loop, config = self._build_train_step(task), self.config
-        checkpoint_every = config.checkpoint_every or self.steps_per_epoch
-        eval_every = self._start_evaluation(task, evaluation, explain_eval_error)
+        launcher, config, plan, task = self.launcher, self.config, self.plan, self.task
+        replicas = (
+            f"{plan.replicas} replica(s), global batch {plan.global_batch} ({config.batch_size} per replica)"
+        )
+        log(
+            launcher,
+            f"{self.recipe}: launcher {launcher.name}, {launcher.num_workers} process(es), {replicas}, "
+            f"steps {self.start_step}..{self.total_steps} ({plan.steps_per_epoch} per epoch)",
+        )
+        train_loop = self._build_train_step(task)
+        checkpoint_every = config.checkpoint_every or plan.steps_per_epoch
+        eval_every = self._start_evaluation(evaluation, explain_eval_error)
         # A compiled call never runs past a step that logs, checkpoints, evaluates or starts or ends the trace
         every = (config.log_every, checkpoint_every, *([eval_every] if eval_every else []))
         self.step_times = []
@@ -329,8 +363,9 @@ class Trainer:
             self.step.assign(step)
             self.report.profile(step, before=False)
             # The evaluation at the last step is evaluate()'s, after fit
-            reached = (eval_every and step % eval_every == 0 and step < self.total_steps
-                       and self._eval_point(step))
+            reached = (
+                eval_every and step % eval_every == 0 and step < self.total_steps and self._eval_point(step)
+            )
             if step % checkpoint_every == 0 or step == self.total_steps or stop or reached:
                 self._save_checkpoint(step)
             if reached:  # every process evaluated the same sums, so all of them stop here
@@ -355,28 +390,34 @@ class Trainer:
                     raise DataError(message) from None
             raise
         except self.launcher.peer_errors as error:  # Distributed: a lost peer is one line
+            what = f"{type(error).__name__}: {peer_error_summary(error)}"
             raise ClusterError(
-                f"worker {self.launcher.worker_index}: lost contact with the other workers at steps "
-                f"{first}..{last} ({type(error).__name__}: {peer_error_summary(error)}); a peer died, froze "
-                "or was stopped. Continue from the last checkpoint with --resume") from None
+                f"worker {self.launcher.worker_index}: lost contact with the other workers at "
+                f"steps {first}..{last} ({what}); a peer died, froze or was stopped. Continue "
+                "from the last checkpoint with --resume"
+            ) from None
 
     def _check_replicas_agree(self) -> None:
         """The end of fit: every replica's weights, statistics and loss scale bit-identical
         (tf_recipes.desync), or DesyncError."""
+        step = int(self.step.numpy())
         self.loss_scaling, self.fingerprints = desync.check_replicas_agree(
-            self.launcher, self.model, self.optimizer, int(self.step.numpy()))
+            self.launcher, self.model, self.optimizer, step
+        )
 
-    def _start_evaluation(self, task: Task, evaluation, explain_eval_error) -> int:
+    def _start_evaluation(self, evaluation, explain_eval_error) -> int:
         """Keep fit's held-out set; the steps between its evaluations during training (0: none)."""
-        self.task, self.evaluation, self._explain_eval_error = task, evaluation, explain_eval_error
+        self.evaluation, self._explain_eval_error = evaluation, explain_eval_error
         target = self.config.target
         if target and not evaluation:
-            raise UserError(f"--target {target}: this run has no held-out set to evaluate (generated data); "
-                            "give it real data or leave --target out")
+            raise UserError(
+                f"--target {target}: this run has no held-out set to evaluate (generated data); "
+                "give it real data or leave --target out"
+            )
         eval_every = self.eval_interval if evaluation else 0
         if target:
-            log(self.launcher, f"target: {target} on the held-out set, evaluated every "
-                               f"{eval_every or self.total_steps} steps")
+            every = eval_every or self.total_steps
+            log(self.launcher, f"target: {target} on the held-out set, evaluated every {every} steps")
         return eval_every
 
     def _save_checkpoint(self, step: int) -> None:
@@ -392,14 +433,13 @@ class Trainer:
 
     def _eval_point(self, step: int) -> bool:
         """Evaluate the held-out set at `step` (a point of the curve); True when it reaches the target."""
-        self._measure(self.evaluation(), self.task, self._explain_eval_error)
+        self._measure(self.evaluation(), self._explain_eval_error)
         if reached := self.target_reached():
-            log(self.launcher, f"target {self.config.target} reached at step {step}, {reached['seconds']:.1f}"
-                               " s after the start; training ends here")
+            when = f"at step {step}, {reached['seconds']:.1f} s after the start"
+            log(self.launcher, f"target {self.config.target} reached {when}; training ends here")
         return bool(reached)
 
-    def evaluate(self, dataset=None, task: Task | None = None,
-                 explain_input_error: Callable[[], str | None] | None = None) -> dict:
+    def evaluate(self, dataset=None, explain_input_error: Callable[[], str | None] | None = None) -> dict:
         """Loss and metrics over an evaluation set at the step training ended (the curve's last point).
         Every process calls it with its own share (`launcher.eval_share`); the sums are added over the
         processes. Without `dataset`, fit's held-out set, not evaluated twice at one step."""
@@ -407,26 +447,27 @@ class Trainer:
         if dataset is None:
             if self._evaluated and self._evaluated[0] == step:
                 return self._evaluated[1]
+            if not self.evaluation:
+                raise UserError(
+                    "Trainer.evaluate() without a dataset evaluates fit's held-out set, and this "
+                    "run has none: give evaluate() a dataset"
+                )
             dataset = self.evaluation()
-        return self._measure(dataset, task or self.task, explain_input_error)
+        return self._measure(dataset, explain_input_error)
 
-    def _measure(self, dataset, task: Task, explain_input_error) -> dict:
+    def _measure(self, dataset, explain_input_error) -> dict:
         """One evaluation of `dataset` at the current step, added to the curve, the log and TensorBoard."""
-        step = int(self.step.numpy())
-        if id(task) not in self._eval_steps:
-            model = self.model
+        step, model, task = int(self.step.numpy()), self.model, self.task
 
-            @tf.function
-            def eval_step(x, y):
-                y_pred = model(x, training=False)
-                sums = {**task.metric_sums(y, y_pred), **task.baseline_sums(y, y_pred),
-                        "loss": tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32)),
-                        "examples": tf.shape(y)[0]}
-                return {k: tf.cast(v, tf.float32) for k, v in sums.items()}
+        @tf.function
+        def eval_step(x, y):
+            y_pred = model(x, training=False)
+            loss = tf.reduce_sum(tf.cast(task.loss_fn(y, y_pred), tf.float32))
+            sums = {**task.metric_sums(y, y_pred), **task.baseline_sums(y, y_pred), "loss": loss}
+            return {k: tf.cast(v, tf.float32) for k, v in {**sums, "examples": tf.shape(y)[0]}.items()}
 
-            self._eval_steps[id(task)] = eval_step
-        eval_step = self._eval_steps[id(task)]
-        totals = {}
+        self._eval_step = self._eval_step or eval_step  # compiled once, at the first evaluation
+        eval_step, totals = self._eval_step, {}
         try:
             for x, y in dataset:
                 for key, value in eval_step(x, y).items():
@@ -438,8 +479,12 @@ class Trainer:
         if not totals:
             raise DataError("this process's share of the evaluation set is empty")
         totals = summed_over_processes(self.launcher, totals)
-        metrics = {"loss": float(totals["loss"] / totals["examples"]), **task.summarize(totals),
-                   "examples": int(totals["examples"])}
+        examples = totals["examples"]
+        metrics = {
+            "loss": float(totals["loss"] / examples),
+            **task.summarize(totals),
+            "examples": int(examples),
+        }
         scalars = {k: v for k, v in metrics.items() if isinstance(v, float)}
         self.report.write_scalars("eval", step, scalars)
         point = self.curve.add(step, metrics)
@@ -447,16 +492,55 @@ class Trainer:
         # the evaluation at the end, after the last checkpoint: a resume keeps it
         if self._checkpointed == step:
             self._save_curve(step)
-        log(self.launcher, f"eval at step {step} ({point['examples_seen']:,} examples seen, "
-                           f"{point['seconds']:.1f} s): "
-                           + "  ".join(f"{k} {v:.4f}" for k, v in scalars.items()))
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in scalars.items())
+        seen = f"{point['examples_seen']:,} examples seen, {point['seconds']:.1f} s"
+        log(self.launcher, f"eval at step {step} ({seen}): {shown}")
         return metrics
 
+    def summary(self) -> reporting.RunSummary:
+        """What the run has done so far, as results.json reports it (after fit, or without it)."""
+        launcher, config, reached = self.launcher, self.config, self.target_reached() or {}
+        return reporting.RunSummary(
+            recipe=self.recipe,
+            launcher=launcher.name,
+            nodes=launcher.num_nodes,
+            workers=launcher.num_workers,
+            replicas=launcher.num_replicas,
+            per_replica_batch=config.batch_size,
+            global_batch=self.plan.global_batch,
+            start_step=self.start_step,
+            steps=self.total_steps,
+            steps_per_epoch=self.plan.steps_per_epoch,
+            warmup_steps=config.warmup_steps,
+            step_times=self.step_times,
+            losses=self.report.history,
+            replica_fingerprints=self.fingerprints,
+            precision=self.precision,
+            loss_scaling=self.loss_scaling,
+            xla=config.xla,
+            eval_every=self.eval_interval if self.evaluation else 0,
+            curve=self.curve.points,
+            target=config.target and str(config.target),
+            time_to_target=reached.get("seconds"),
+            target_step=reached.get("step"),
+            wall_seconds=self.curve.seconds(),
+        )
+
     def finish(self, results: dict) -> None:
-        """The end of every run, on every process: results.json (`results`: the recipe's fields, its
-        final_metrics above all) and the final weights, then the export the Trainer was given (unless
-        --no-export), then TargetMissed (exit 13) when no evaluation reached --target."""
-        reporting.save_results(self, results)
+        """The end of every run, on every process: results.json (the summary and `results`, the recipe's
+        fields, its final_metrics above all) and the final weights, then the export the Trainer was given
+        (unless --no-export), then TargetMissed (exit 13) when no evaluation reached --target."""
+        if self.fingerprints is None:  # finish without fit: the restored replicas must agree too
+            self._check_replicas_agree()
+        kept = self.config.flags is not None and config_yaml(self.recipe, self.config.flags)
+        reporting.save_results(
+            self.launcher,
+            self.results_dir,
+            self.model,
+            reporting.results_record(self.summary(), results),
+            kept or None,
+        )
+        self.report.flush()
         if self.exports:
             exporting.export_model(self.launcher, self.results_dir, self.model, self.export_spec, self.recipe)
         if self._release:  # a while, not until it ends: the process's exit leaves it behind

@@ -1,6 +1,7 @@
 """Paths a user hands the project: what is there, the files of their folders, and outputs kept off them.
 Entries are told apart with os.stat, never opened (a FIFO would wait for a writer); each *_problem
 function returns one line for the user, or None. Imports no project module."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,8 +11,8 @@ import sys
 from dataclasses import dataclass, field
 
 FILE, FOLDER, MISSING = "a file", "a folder", "missing"
-KINDS = ((stat.S_ISREG, FILE), (stat.S_ISDIR, FOLDER), (stat.S_ISFIFO, "a named pipe (FIFO)"),
-         (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+KINDS = ((stat.S_ISREG, FILE), (stat.S_ISDIR, FOLDER), (stat.S_ISFIFO, "a named pipe (FIFO)"))
+KINDS += ((stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
 WRITABLE_PLACE = "give a folder in a place you can write"
 
 
@@ -42,12 +43,11 @@ class Listing:
 def list_files(folder, *, recursive: bool = False, suffixes=None, hidden: bool = True) -> Listing:
     """A folder's regular files (and links to them) and its other entries, named, ending in one of
     `suffixes`."""
-    listing = Listing()
+    listing, endings = Listing(), tuple(suffixes or ("",))  # without `suffixes`: every name ends in ""
     for parent, subfolders, names in os.walk(folder):
         subfolders[:] = [name for name in subfolders if recursive and (hidden or not name.startswith("."))]
         for name in names:
-            if (not hidden and name.startswith(".")) or (
-                    suffixes and not name.lower().endswith(tuple(suffixes))):
+            if (not hidden and name.startswith(".")) or not name.lower().endswith(endings):
                 continue
             path = os.path.join(parent, name)
             what = what_is(path)
@@ -69,8 +69,9 @@ def folder_problem(flag: str, path) -> str | None:
 def file_problem(flag: str, path) -> str | None:
     """A line when `path` is not a regular file (or a link to one)."""
     what = what_is(path)
-    return None if what == FILE else (f"{flag} {path} is {'no file or folder' if what == MISSING else what}, "
-                                      "not a file; give a file")
+    if what == FILE:
+        return None
+    return f"{flag} {path} is {'no file or folder' if what == MISSING else what}, not a file; give a file"
 
 
 def inside(path: str, folder: str) -> bool:
@@ -85,8 +86,10 @@ def output_problem(flag: str, out, inputs) -> str | None:
         real_in = os.path.realpath(given) if given else None
         if given and (inside(real_out, real_in) or inside(real_in, real_out)):
             how = "is" if real_out == real_in else "lies inside" if inside(real_out, real_in) else "contains"
-            return (f"{flag} {out} {how} {input_flag} {given} ({real_out} and {real_in} overlap): the output "
-                    f"would be written among the inputs; choose a {flag} outside {input_flag}")
+            return (
+                f"{flag} {out} {how} {input_flag} {given} ({real_out} and {real_in} overlap): the output "
+                f"would be written among the inputs; choose a {flag} outside {input_flag}"
+            )
     return None
 
 
@@ -97,11 +100,15 @@ def flags_problem(inputs, folders=None, files=None, creatable: bool = True) -> s
     made = {**folders, **dict(folder_of(flag, path) for flag, path in files.items())} if creatable else {}
     problems = itertools.chain(
         (folder_problem(flag, path) for flag, path in folders.items()),
-        (f"{flag} {path} is {what}, not a file; give the path of a file to write"
-         for flag, path in files.items() if (what := what_is(path)) not in (FILE, MISSING)),
+        (
+            f"{flag} {path} is {what}, not a file; give the path of a file to write"
+            for flag, path in files.items()
+            if (what := what_is(path)) not in (FILE, MISSING)
+        ),
         (output_problem(flag, path, inputs) for flag, path in {**folders, **files}.items()),
         # lazily: it makes (and removes) folders
-        (creatable_problem(flag, path) for flag, path in made.items()))
+        (creatable_problem(flag, path) for flag, path in made.items()),
+    )
     return next((problem for problem in problems if problem), None)
 
 

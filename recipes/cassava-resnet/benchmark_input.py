@@ -186,15 +186,15 @@ def benchmark_training_step(image_size: int, batch: int, warmup: int, steps: int
     try:
         config = RunConfig(batch_size=batch, max_steps=warmup + steps, results_dir=results_dir,
                            log_every=warmup + steps, warmup_steps=warmup, steps_per_loop=1)
-        trainer = training.Trainer(launcher, "cassava-resnet", config, num_examples=batch * (warmup + steps))
         with launcher.scope():
             model = train.build_model(image_size, None)
             optimizer = keras.optimizers.Adam(1e-4)
-        trainer.setup(model, optimizer)
+        trainer = training.Trainer(launcher, "cassava-resnet", config, config.plan(batch * (warmup + steps), 1),
+                                   model=model, optimizer=optimizer, task=train.TASK)
         dataset = launcher.distribute_dataset(
             lambda shard: tf.data.Dataset.from_tensors((images, labels)).repeat(), batch)
         cpu = time.process_time()
-        trainer.fit(dataset, train.TASK)
+        trainer.fit(dataset)
         cpu = time.process_time() - cpu
     finally:
         shutil.rmtree(results_dir, ignore_errors=True)

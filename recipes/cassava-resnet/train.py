@@ -19,48 +19,54 @@ imagenet` (downloaded by Keras, or already in ~/.keras/models), `none`, or a loc
 """
 import os
 import warnings
+from dataclasses import dataclass
 
 from tf_recipes import cli, user_paths
+from tf_recipes.config import RunConfig, data_format_flag, flag, positive_int, rate, val_fraction_flag
 
 RECIPE = "cassava-resnet"
 
 
-# ## Command line
-# Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
+# ## Configuration
+# What a run is: the shared loop's fields (tf_recipes.config.RunConfig) and this recipe's own. Each field is
+# also its flag, parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
 
-def cache_root(args):
-    return args.cache_dir or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tf-recipes", RECIPE)
+@dataclass(frozen=True)
+class Config(RunConfig):
+    bn_momentum: float = flag(RECIPE, 0.99, "batch normalization's moving-average momentum: "
+                              "ResNet50's 0.99 suits fine-tuning; its statistics take hundreds of steps to follow "
+                              "weights trained from scratch, for which a short run wants 0.9", type=rate)
+    image_size: int = flag(RECIPE, 300, "photos are resized to this square size (ResNet50 needs at "
+                           "least 32)", type=positive_int)
+    weights: str = flag(RECIPE, "imagenet", "imagenet | none | PATH of a weights file (.h5 or "
+                        ".weights.h5)")
+    cache_dir: str | None = flag(RECIPE, None, "where the resized training images are cached "
+                                 "(default: ~/.cache/tf-recipes/cassava-resnet); node-local scratch or a shared "
+                                 "file system")
+    data_format: str = data_format_flag("tfds")
+    val_fraction: float | None = val_fraction_flag()
+
+    def cache_root(self):
+        return self.cache_dir or os.path.join(
+            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "tf-recipes", RECIPE)
 
 
-def parse_args(argv=None):
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=32, epochs=15, lr=1e-4)
+def parse_args(argv=None) -> Config:
     # A fine-tuning recipe meant for several GPUs: the learning rate grows with the global batch
     # (with warm-up) unless --no-scale-lr.
-    parser.set_defaults(scale_lr=True)
-    parser.add_argument("--bn-momentum", type=cli.rate, default=0.99,
-                        help="batch normalization's moving-average momentum: ResNet50's 0.99 suits fine-tuning; "
-                             "its statistics take hundreds of steps to follow weights trained from scratch, "
-                             "for which a short run wants 0.9")
-    parser.add_argument("--image-size", type=cli.positive_int, default=300,
-                        help="photos are resized to this square size (ResNet50 needs at least 32)")
-    parser.add_argument("--weights", default="imagenet",
-                        help="imagenet | none | PATH of a weights file (.h5 or .weights.h5)")
-    parser.add_argument("--cache-dir", default=None,
-                        help="where the resized training images are cached (default: ~/.cache/tf-recipes/"
-                             "cassava-resnet); node-local scratch or a shared file system")
-    cli.add_image_folder_flags(parser, default="tfds")
-    args = parser.parse_args(argv)
-    if args.image_size < 32:
-        parser.error(f"--image-size {args.image_size} is below ResNet50's minimum of 32")
-    if not (args.synthetic or args.cache_dir):  # made on first use; the parser checked a --cache-dir given
+    parser = cli.training_parser(__doc__.split("\n")[0], config=Config, batch_size=32, epochs=15, lr=1e-4,
+                                 scale_lr=True)
+    config = cli.configuration(parser.parse_args(argv), Config)
+    if config.image_size < 32:
+        parser.error(f"--image-size {config.image_size} is below ResNet50's minimum of 32")
+    if not (config.synthetic or config.cache_dir):  # made on first use; the parser checked a --cache-dir given
         user_paths.exit_if(user_paths.creatable_problem("the decode cache (the default of --cache-dir)",
-                                                        cache_root(args)))
-    return args
+                                                        config.cache_root()))
+    return config
 
 
 if __name__ == "__main__":
-    ARGS = parse_args()
+    CONFIG = parse_args()
 
 import h5py  # noqa: E402
 import keras  # noqa: E402
@@ -80,37 +86,37 @@ from tf_recipes.launchers import create_launcher  # noqa: E402
 CASSAVA_CLASSES = ["cbb", "cbsd", "cgm", "cmd", "healthy"]  # TFDS cassava's label names, in label order
 
 
-def load_train_split(args, launcher):
-    if args.synthetic:
-        return None, input_pipeline.synthetic_split(512, args.image_size, args.seed)
-    if args.data_format == "image-folder":  # the user's photos: same cache, same sharded order
-        builder = read_image_folder(args.data_dir, args.val_fraction, args.seed)
+def load_train_split(config, launcher):
+    if config.synthetic:
+        return None, input_pipeline.synthetic_split(512, config.image_size, config.seed)
+    if config.data_format == "image-folder":  # the user's photos: same cache, same sharded order
+        builder = read_image_folder(config.data_dir, config.val_fraction, config.seed)
     else:
         # Distributed: a job of several processes never downloads
-        builder = input_pipeline.cassava_builder(args.data_dir, allow_download=launcher.num_workers == 1)
+        builder = input_pipeline.cassava_builder(config.data_dir, allow_download=launcher.num_workers == 1)
     # Distributed: every pipeline caches its share of the photos, then waits for the others'
-    arrays = input_pipeline.cache_split(builder, "train", args.image_size, cache_root(args),
-                                        launcher.input_shard(args.batch_size), barrier=launcher.barrier,
+    arrays = input_pipeline.cache_split(builder, "train", config.image_size, config.cache_root(),
+                                        launcher.input_shard(config.batch_size), barrier=launcher.barrier,
                                         log=lambda message: print(message, flush=True))  # every pipeline
     return builder, arrays
 
 
 
-def make_eval_dataset(builder, args, launcher):
+def make_eval_dataset(builder, config, launcher):
     """This process's share of the validation photos (every process evaluates one share)."""
     if builder is None:
-        arrays = input_pipeline.synthetic_split(128, args.image_size, args.seed + 1)
+        arrays = input_pipeline.synthetic_split(128, config.image_size, config.seed + 1)
         # Distributed: this process's share of the generated validation photos
         return input_pipeline.arrays_dataset(arrays, 64, launcher.eval_share(len(arrays)))
     if input_pipeline.is_folder(builder):  # cached too: an unreadable val photo is named before training
         # Distributed: every pipeline caches its share of the validation photos, then waits for the others'
-        arrays = input_pipeline.cache_split(builder, "validation", args.image_size, cache_root(args),
-                                            launcher.input_shard(args.batch_size), barrier=launcher.barrier)
+        arrays = input_pipeline.cache_split(builder, "validation", config.image_size, config.cache_root(),
+                                            launcher.input_shard(config.batch_size), barrier=launcher.barrier)
         # Distributed: this process's share of the validation photos
         return input_pipeline.arrays_dataset(arrays, 64, launcher.eval_share(len(arrays)))
     # Distributed: this process's share of the TFDS validation split
     share = launcher.eval_share(input_pipeline.split_size(builder, "validation"))
-    return input_pipeline.make_eval_dataset(builder, "validation", args.image_size, batch_size=64, share=share)
+    return input_pipeline.make_eval_dataset(builder, "validation", config.image_size, batch_size=64, share=share)
 
 
 # ## Model
@@ -229,47 +235,46 @@ TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 # The same lines under every launcher, as in mnist-cnn; only the weights are fetched first, by the
 # chief, while the other processes wait.
 
-def main(args):
+def main(config: Config):
     # Distributed: the launcher (--launcher), first: it may split the CPU into replicas before TF starts
-    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
-    keras.utils.set_random_seed(args.seed)
-    training.configure_precision(args.amp)
-    weights = check_weights(args.weights)  # before the data: a bad --weights fails in seconds
+    launcher = create_launcher(config.launcher, config.cpu_replicas, config.collective, config.join_timeout)
+    keras.utils.set_random_seed(config.seed)
+    training.configure_precision(config.amp)
+    weights = check_weights(config.weights)  # before the data: a bad --weights fails in seconds
     if weights == "imagenet":
         fetch_imagenet_weights(launcher)
 
-    builder, train_arrays = load_train_split(args, launcher)
+    builder, train_arrays = load_train_split(config, launcher)
     # The user's classes come from their folders; the model, results.json and the export follow them.
     class_names = builder.class_names if input_pipeline.is_folder(builder) else CASSAVA_CLASSES
+    # The steps of the run, for this launch's global batch (per-replica batch x replicas)
+    plan = config.plan(len(train_arrays), launcher.num_replicas)
+    with launcher.scope():  # Distributed: model and optimizer variables on every replica
+        model = build_model(config.image_size, weights, len(class_names), config.bn_momentum)
+        # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
+        optimizer = keras.optimizers.Adam(training.learning_rate(config, plan))
     # What finish() exports, checked now: RGB images at --image-size in, a probability per class out
     exported = export.ExportSpec(task=export.CLASSIFICATION, class_names=class_names, channels=3,
-                                 image_size=(args.image_size, args.image_size),
-                                 build=lambda: build_model(args.image_size, None, len(class_names)))
-    trainer = training.Trainer(launcher, RECIPE, cli.run_config(args), num_examples=len(train_arrays),
+                                 image_size=(config.image_size, config.image_size),
+                                 build=lambda: build_model(config.image_size, None, len(class_names)))
+    # --resume: the Trainer restores the latest checkpoint, and the data goes on from its step
+    trainer = training.Trainer(launcher, RECIPE, config, plan, model=model, optimizer=optimizer, task=TASK,
                                export=exported)
 
-    with launcher.scope():  # Distributed: model and optimizer variables on every replica
-        model = build_model(args.image_size, weights, len(class_names), args.bn_momentum)
-        # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
-        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps, args.lr_schedule,
-                                      trainer.planned_steps)
-        optimizer = keras.optimizers.Adam(rate)
-    trainer.setup(model, optimizer)
-
     dataset = launcher.distribute_dataset(  # Distributed: one input pipeline per process, split over its replicas
-        lambda shard: input_pipeline.make_train_dataset(train_arrays, shard, trainer.total_steps, args.seed,
+        lambda shard: input_pipeline.make_train_dataset(train_arrays, shard, plan.total_steps, config.seed,
                                                         trainer.start_step),
-        args.batch_size)
+        config.batch_size)
     # fit() also averages the batch-norm moving statistics over the replicas and checks them.
-    trainer.fit(dataset, TASK, evaluation=lambda: make_eval_dataset(builder, args, launcher))
+    trainer.fit(dataset, evaluation=lambda: make_eval_dataset(builder, config, launcher))
 
     validation = trainer.evaluate()  # the validation split at the step training ended
     training.log(launcher, f"validation: loss {validation['loss']:.4f}  accuracy {validation['accuracy']:.4f}")
-    data = "synthetic" if args.synthetic else {"tfds": "cassava"}.get(args.data_format, args.data_format)
+    data = "synthetic" if config.synthetic else {"tfds": "cassava"}.get(config.data_format, config.data_format)
     # results.json, the export (a copy of the model for TF Serving and predict.py) and --target, in one call
-    trainer.finish({"final_metrics": {"validation": validation}, "data": data, "image_size": args.image_size,
-                    "weights": args.weights, "classes": class_names})
+    trainer.finish({"final_metrics": {"validation": validation}, "data": data, "image_size": config.image_size,
+                    "weights": config.weights, "classes": class_names})
 
 
 if __name__ == "__main__":
-    cli.run_main(lambda: main(ARGS))
+    cli.run_main(lambda: main(CONFIG))

@@ -103,11 +103,12 @@ def load_image_folder(data_dir, val_fraction, seed):
     return (*arrays, folder.class_names)
 
 
-def load(args):
-    """(x_train, y_train, x_test, y_test, class names), as --data-format, --data-dir and --synthetic ask."""
-    if args.data_format == "image-folder":
-        return load_image_folder(args.data_dir, args.val_fraction, args.seed)
-    return (*load_mnist(args.data_dir, args.synthetic, args.seed), CLASS_NAMES)
+def load(config):
+    """(x_train, y_train, x_test, y_test, class names), as the run's configuration (train.Config) asks:
+    --data-format, --data-dir and --synthetic."""
+    if config.data_format == "image-folder":
+        return load_image_folder(config.data_dir, config.val_fraction, config.seed)
+    return (*load_mnist(config.data_dir, config.synthetic, config.seed), CLASS_NAMES)
 
 
 def load_mnist(data_dir, synthetic, seed):

@@ -18,30 +18,38 @@ and tests; your own photos with `--data-format image-folder --data-dir DIR` (tra
 subfolder per class), each made 28x28 grayscale as the export makes a client's image.
 """
 import argparse
+from dataclasses import dataclass
 
 from tf_recipes import cli
+from tf_recipes.config import RunConfig, data_format_flag, flag, val_fraction_flag
 
 RECIPE = "mnist-cnn"
 
 
-# ## Command line
-# Parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
+# ## Configuration
+# What a run is: the shared loop's fields (tf_recipes.config.RunConfig) and this recipe's own. Each field is
+# also its flag, parsed before TensorFlow is imported, so that --help and a mistyped flag answer at once.
 
-def parse_args(argv=None):
-    parser = cli.training_parser(__doc__.split("\n")[0], batch_size=128, epochs=6, lr=3e-3)
+@dataclass(frozen=True)
+class Config(RunConfig):
+    optimizer: str = flag(RECIPE, "adam", "sgd (momentum 0.9) is sensitive to the gradient scale, which "
+                          "Adam hides", choices=("adam", "sgd"))
+    # Not offered in --help: the launcher parity tests train without dropout, whose masks are drawn per replica
+    dropout: bool = flag(RECIPE, True, argparse.SUPPRESS, names=("--no-dropout",), action="store_false")
+    data_format: str = data_format_flag("mnist")
+    val_fraction: float | None = val_fraction_flag()
+
+
+def parse_args(argv=None) -> Config:
     # What it takes to reach 99.2% on the real test digits, sooner than a 15-epoch script reaches 99%:
     # the rate up over 100 steps and down along a half cosine over the 6 epochs
-    parser.set_defaults(lr_schedule="cosine")
-    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
-                        help="sgd (momentum 0.9) is sensitive to the gradient scale, which Adam hides")
-    # Not offered in --help: the launcher parity tests train without dropout, whose masks are drawn per replica
-    parser.add_argument("--no-dropout", action="store_true", help=argparse.SUPPRESS)
-    cli.add_image_folder_flags(parser, default="mnist")
-    return parser.parse_args(argv)
+    parser = cli.training_parser(__doc__.split("\n")[0], config=Config, batch_size=128, epochs=6, lr=3e-3,
+                                 lr_schedule="cosine")
+    return cli.configuration(parser.parse_args(argv), Config)
 
 
 if __name__ == "__main__":
-    ARGS = parse_args()
+    CONFIG = parse_args()
 
 import keras  # noqa: E402
 
@@ -84,41 +92,42 @@ TASK = training.classification_task()  # cross-entropy loss, accuracy metric
 # The same lines under every launcher: the launcher decides where the replicas run and which share
 # of the data each process reads; the Trainer runs the loop, checkpoints and writes the results.
 
-def main(args):
+def main(config: Config):
     # Distributed: the launcher (--launcher), first: it may split the CPU into replicas before TF starts
-    launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective, args.join_timeout)
-    keras.utils.set_random_seed(args.seed)
-    training.configure_precision(args.amp)
+    launcher = create_launcher(config.launcher, config.cpu_replicas, config.collective, config.join_timeout)
+    keras.utils.set_random_seed(config.seed)
+    training.configure_precision(config.amp)
 
-    x_train, y_train, x_test, y_test, names = data.load(args)
+    x_train, y_train, x_test, y_test, names = data.load(config)
+    # The steps of the run, for this launch's global batch (per-replica batch x replicas)
+    plan = config.plan(len(x_train), launcher.num_replicas)
+    with launcher.scope():  # Distributed: model and optimizer variables on every replica
+        model = build_model(dropout=config.dropout, num_classes=len(names))
+        # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
+        rate = training.learning_rate(config, plan)
+        optimizer = (keras.optimizers.Adam(rate) if config.optimizer == "adam"
+                     else keras.optimizers.SGD(rate, momentum=0.9))
     # What finish() exports, checked now: 28x28 grayscale images in, a probability per digit out
     exported = export.ExportSpec(task=export.CLASSIFICATION, class_names=names, image_size=(28, 28), channels=1,
                                  build=lambda: build_model(num_classes=len(names)))
-    trainer = training.Trainer(launcher, RECIPE, cli.run_config(args), num_examples=len(x_train), export=exported)
-
-    with launcher.scope():  # Distributed: model and optimizer variables on every replica
-        model = build_model(dropout=not args.no_dropout, num_classes=len(names))
-        # Distributed: with --scale-lr, the rate times the replicas, reached over --lr-warmup-steps
-        rate = training.learning_rate(args.lr, launcher, args.scale_lr, args.lr_warmup_steps, args.lr_schedule,
-                                      trainer.planned_steps)
-        optimizer = (keras.optimizers.Adam(rate) if args.optimizer == "adam"
-                     else keras.optimizers.SGD(rate, momentum=0.9))
-    trainer.setup(model, optimizer)
+    # --resume: the Trainer restores the latest checkpoint, and the data goes on from its step
+    trainer = training.Trainer(launcher, RECIPE, config, plan, model=model, optimizer=optimizer, task=TASK,
+                               export=exported)
 
     dataset = launcher.distribute_dataset(  # Distributed: one input pipeline per process, split over its replicas
-        lambda shard: data.make_train_dataset(x_train, y_train, shard, trainer.total_steps, args.seed,
+        lambda shard: data.make_train_dataset(x_train, y_train, shard, plan.total_steps, config.seed,
                                               trainer.start_step),
-        args.batch_size)
+        config.batch_size)
     # Every process evaluates its own share of the test set; the sums are added up over processes.
     share = launcher.eval_share(len(x_test))  # Distributed: this process's share of the test set
-    trainer.fit(dataset, TASK, evaluation=lambda: data.make_eval_dataset(x_test[share], y_test[share]))
+    trainer.fit(dataset, evaluation=lambda: data.make_eval_dataset(x_test[share], y_test[share]))
     test_metrics = trainer.evaluate()  # the test set at the step training ended
     training.log(launcher, f"test: loss {test_metrics['loss']:.4f}  accuracy {test_metrics['accuracy']:.4f}")
 
     # results.json, the export (a copy of the model for TF Serving and predict.py) and --target, in one call
     trainer.finish({"final_metrics": {"test": test_metrics}, "classes": names,
-                    "data": "synthetic" if args.synthetic else args.data_format})
+                    "data": "synthetic" if config.synthetic else config.data_format})
 
 
 if __name__ == "__main__":
-    cli.run_main(lambda: main(ARGS))
+    cli.run_main(lambda: main(CONFIG))

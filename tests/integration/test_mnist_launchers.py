@@ -184,6 +184,7 @@ def test_the_chief_exports_a_savedmodel_that_serves_the_trained_model(acceptance
 EVALUATE_ALONE = """
 import json, sys
 sys.path[:0] = [".", "tests"]
+import keras
 from tf_recipes import training
 from tf_recipes.config import RunConfig
 from tf_recipes.launchers import create_launcher
@@ -194,10 +195,10 @@ launcher = create_launcher("single")
 x_train, _, x_test, y_test = data.synthetic_mnist(42)
 model = train.build_model()
 model.load_weights(sys.argv[1])
-trainer = training.Trainer(launcher, "mnist-cnn", RunConfig(batch_size=32, results_dir=sys.argv[2]),
-                           num_examples=len(x_train))
-trainer.model = model
-print(json.dumps(trainer.evaluate(data.make_eval_dataset(x_test, y_test), train.TASK)))
+config = RunConfig(batch_size=32, results_dir=sys.argv[2])
+trainer = training.Trainer(launcher, "mnist-cnn", config, config.plan(len(x_train), 1), model=model,
+                           optimizer=keras.optimizers.Adam(), task=train.TASK)
+print(json.dumps(trainer.evaluate(data.make_eval_dataset(x_test, y_test))))
 """
 
 

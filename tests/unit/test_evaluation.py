@@ -69,12 +69,12 @@ def test_the_first_point_at_the_target_is_the_time_to_target(tmp_path):
 def test_the_command_line_makes_the_run_configuration_field_by_field():
     parser = cli.training_parser("t", batch_size=16, epochs=3, lr=1e-3)
     flags = ["--batch-size", "8", "--max-steps", "40", "--target", "accuracy=0.9", "--no-export", "--profile", "2:4"]
-    config = cli.run_config(parser.parse_args(flags))
+    config = cli.configuration(parser.parse_args(flags))
     assert config == dataclasses.replace(RunConfig(), batch_size=8, epochs=3, max_steps=40, export=False,
                                          target=Target("accuracy", 0.9), profile=(2, 4), flags=config.flags)
     assert config.flags["target"] == "accuracy=0.9" and config.flags["profile"] == "2:4"  # as config.yaml keeps them
     # every field but the recipe's own defaults (and the flags that made it) is the configuration's default
-    defaults = cli.run_config(parser.parse_args([]))
+    defaults = cli.configuration(parser.parse_args([]))
     recipe_set = ("batch_size", "epochs", "lr", "flags")
     assert {f.name: getattr(defaults, f.name) for f in dataclasses.fields(RunConfig) if f.name not in recipe_set} == {
         f.name: f.default for f in dataclasses.fields(RunConfig) if f.name not in recipe_set}

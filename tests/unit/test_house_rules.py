@@ -51,3 +51,10 @@ def test_ruff_finds_nothing():
     process = subprocess.run([tool("ruff"), "check", "--no-cache", "--output-format=concise", "."], cwd=REPO,
                              capture_output=True, text=True, timeout=600)
     assert process.returncode == 0, f"ruff check (pyproject.toml [tool.ruff]):\n{process.stdout}{process.stderr}"
+
+
+def test_the_library_is_as_ruff_format_writes_it():
+    # The closure budgets (ci/imports.py) count the library's code lines as the formatter lays them out
+    process = subprocess.run([tool("ruff"), "format", "--check", "--no-cache", "common"], cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    assert process.returncode == 0, f"run `ruff format common` (common/ruff.toml):\n{process.stdout}{process.stderr}"

@@ -37,6 +37,6 @@ def test_the_layers_point_one_way_and_an_upward_import_breaks_the_contract(tmp_p
     # A copy of the library whose engine imports the command line, as training.py once did
     shutil.copytree(REPO / "common" / "tf_recipes", tmp_path / "tf_recipes")
     with open(tmp_path / "tf_recipes" / "training.py", "a") as handle:
-        handle.write("\nfrom tf_recipes.cli import run_config  # noqa: E402\n")
+        handle.write("\nfrom tf_recipes.cli import configuration  # noqa: E402\n")
     broken = lint_imports(tmp_path)
     assert broken.returncode == 1 and "tf_recipes.training is not allowed to import tf_recipes.cli" in broken.stdout

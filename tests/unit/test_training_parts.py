@@ -57,9 +57,13 @@ def test_the_warmup_ramps_linearly_from_the_base_rate_to_scale_times_it_then_sta
 
 
 def test_the_rate_is_scaled_only_when_asked_and_there_are_several_replicas():
-    assert training.learning_rate(0.01, SimpleNamespace(num_replicas=4), False, 100) == 0.01
-    assert training.learning_rate(0.01, SimpleNamespace(num_replicas=1), True, 100) == 0.01
-    scaled = training.learning_rate(0.01, SimpleNamespace(num_replicas=4), True, 100)
+    def rate(replicas, scale_lr):
+        config = RunConfig(lr=0.01, scale_lr=scale_lr, lr_warmup_steps=100)
+        return training.learning_rate(config, config.plan(1000, replicas))
+
+    assert rate(4, False) == 0.01
+    assert rate(1, True) == 0.01
+    scaled = rate(4, True)
     assert isinstance(scaled, training.WarmupSchedule)
     assert (scaled.base_rate, scaled.scale, scaled.warmup_steps) == (0.01, 4.0, 100)
 
@@ -237,28 +241,66 @@ def test_bytes_of_variables_count_every_element_at_its_size():
     assert reporting.nbytes([tf.Variable(tf.zeros([5], tf.float64))]) == 40
 
 
+def summary_of(curve: evaluation.Curve, **changes) -> reporting.RunSummary:
+    fields = dict(recipe="mnist-cnn", launcher="mirrored", nodes=1, workers=1, replicas=2, per_replica_batch=4,
+                  global_batch=8, start_step=0, steps=4, steps_per_epoch=2, warmup_steps=1,
+                  step_times=[1.0, 0.5, 0.5, 0.25], losses=[{"step": 4, "loss": 0.5}],
+                  replica_fingerprints=["ab", "ab"],
+                  precision="float32", loss_scaling=None, xla=False, eval_every=2, curve=curve.points,
+                  target="accuracy>=0.5", time_to_target=None, target_step=None, wall_seconds=curve.seconds())
+    return reporting.RunSummary(**{**fields, **changes})
+
+
 def test_results_json_holds_every_contract_field_and_the_recipe_s_extra(monkeypatch):
     monkeypatch.setattr(reporting, "versions", lambda: {"tensorflow": "2.17.1"})
-    config = RunConfig(batch_size=4, warmup_steps=1, target=Target("accuracy", 0.5))
-    run = SimpleNamespace(
-        recipe="mnist-cnn", launcher=SimpleNamespace(name="mirrored", num_nodes=1, num_workers=1, num_replicas=2),
-        config=config, global_batch=8, start_step=0, total_steps=4, steps_per_epoch=2,
-        step_times=[1.0, 0.5, 0.5, 0.25], report=SimpleNamespace(history=[{"step": 4, "loss": 0.5}]),
-        fingerprints=["ab", "ab"], precision="float32", loss_scaling=None,
-        eval_interval=2, evaluation=lambda: None, curve=evaluation.Curve("unused", 8),
-        target_reached=lambda: config.target.first_reached(run.curve.points))
-    run.curve.add(2, {"loss": 0.7, "accuracy": 0.25, "examples": 10})
-    run.curve.add(4, {"loss": 0.6, "accuracy": 0.5, "examples": 10})
-    record = reporting.results_record(run, {"final_metrics": {"test": {}}, "precision": "mixed_bfloat16"},
+    curve = evaluation.Curve("unused", 8)
+    curve.add(2, {"loss": 0.7, "accuracy": 0.25, "examples": 10})
+    curve.add(4, {"loss": 0.6, "accuracy": 0.5, "examples": 10})
+    reached = Target("accuracy", 0.5).first_reached(curve.points)
+    summary = summary_of(curve, time_to_target=reached["seconds"], target_step=reached["step"])
+    record = reporting.results_record(summary, {"final_metrics": {"test": {}}, "precision": "mixed_bfloat16"},
                                       command=["train.py"])
     assert [(p["step"], p["examples_seen"], p["accuracy"]) for p in record["curve"]] == [(2, 16, 0.25), (4, 32, 0.5)]
     assert (record["eval_every"], record["target"], record["target_step"]) == (2, "accuracy>=0.5", 4)
     assert record["time_to_target"] == record["curve"][1]["seconds"]
-    assert contract.RESULT_FIELDS <= record.keys()
+    assert contract.RESULT_FIELDS <= record.keys() and "step_times" not in record
     assert (record["launcher"], record["replicas"], record["steps"], record["losses"]) == (
         "mirrored", 2, 4, [{"step": 4, "loss": 0.5}])
     assert (record["timed_steps"], record["images_per_sec"], record["images_per_sec_per_replica"]) == (3, 19.2, 9.6)
     assert record["replicas_in_sync"] and record["precision"] == "mixed_bfloat16"  # the recipe's word wins
     assert record["command"] == ["train.py"] and record["versions"] == {"tensorflow": "2.17.1"}
-    assert not reporting.results_record(SimpleNamespace(**{**vars(run), "fingerprints": ["ab", "cd"]}),
+    assert not reporting.results_record(summary_of(curve, replica_fingerprints=["ab", "cd"]),
                                         command=[])["replicas_in_sync"]
+
+
+@pytest.fixture
+def signal_handlers():
+    """The process's SIGTERM, SIGUSR1 and SIGINT handlers, put back after a Trainer installed its own."""
+    import signal
+
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    yield
+    for signum, handler in kept.items():
+        signal.signal(signum, handler)
+
+
+def test_a_trainer_made_in_one_step_evaluates_and_finishes_without_fit(tmp_path, signal_handlers):
+    import json
+
+    import keras
+
+    launcher = launchers.create_launcher("single")
+    config = RunConfig(batch_size=4, results_dir=str(tmp_path / "run"), export=False, flags={"batch_size": 4})
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
+    trainer = training.Trainer(launcher, "mnist-cnn", config, config.plan(8, 1), model=model,
+                               optimizer=keras.optimizers.SGD(0.1), task=training.classification_task())
+    held_out = tf.data.Dataset.from_tensor_slices((np.ones((6, 3), np.float32), np.zeros(6, np.int64))).batch(4)
+    with pytest.raises(contract.UserError, match="give evaluate"):
+        trainer.evaluate()  # no held-out set of fit's: the error says what to give
+    metrics = trainer.evaluate(held_out)
+    assert metrics["examples"] == 6 and trainer.summary().steps == 2 and trainer.summary().curve[0]["step"] == 0
+    trainer.finish({"final_metrics": {"test": metrics}, "classes": ["a", "b"]})
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (results["start_step"], results["steps"], results["replicas_in_sync"]) == (0, 2, True)
+    assert results["final_metrics"]["test"]["accuracy"] == metrics["accuracy"] and results["timed_steps"] == 0
+    assert "batch_size: 4" in (tmp_path / "run" / "config.yaml").read_text()

@@ -22,6 +22,8 @@ def host_name_problem(host: str) -> str | None:
     """Why `host` cannot be one of --hosts (HOST:SLOTS for horovodrun -H, HOST:PORT in TF_CONFIG), or None."""
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
     if not host or not set(host) <= allowed or host[0] in ".-" or host[-1] in ".-":
-        return (f"{host!r} is not a host name or IPv4 address (letters, digits, '.', '-' and '_'); give "
-                "comma-separated names such as node1,node2")
+        return (
+            f"{host!r} is not a host name or IPv4 address (letters, digits, '.', '-' and '_'); give "
+            "comma-separated names such as node1,node2"
+        )
     return None

@@ -5,6 +5,7 @@ prints the file stacks/STACK.txt of the checkout the library was built from (pac
 A recipe image installs the library's wheel first, then the recipe's requirements with these pins, so
 that a recipe folder builds its image with nothing from outside it (the Dockerfiles, docs/library.md).
 """
+
 import sys
 from importlib import resources
 
@@ -13,15 +14,19 @@ from tf_recipes.contract import EXIT_USER_ERROR
 
 def stacks() -> list[str]:
     """The names of the stacks the library carries, sorted."""
-    return sorted(entry.name.removesuffix(".txt") for entry in resources.files("tf_recipes.stacks").iterdir()
-                  if entry.name.endswith(".txt"))
+    return sorted(
+        entry.name.removesuffix(".txt")
+        for entry in resources.files("tf_recipes.stacks").iterdir()
+        if entry.name.endswith(".txt")
+    )
 
 
 def constraints(stack: str) -> str:
     """The text of stacks/STACK.txt; ValueError (one line) for a stack the library does not carry."""
     if stack not in stacks():
-        raise ValueError(f"stack {stack!r} is not one this tf-recipes carries; use one of "
-                         f"{', '.join(stacks())}")
+        raise ValueError(
+            f"stack {stack!r} is not one this tf-recipes carries; use one of {', '.join(stacks())}"
+        )
     return (resources.files("tf_recipes.stacks") / f"{stack}.txt").read_text()
 
 

@@ -23,6 +23,7 @@ says.
 A value that is not what its variable takes is one line naming the variable (exit 2). `invoke run`
 starts the script this way, and passes the variables into a container, when its environment sets one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,7 @@ def faults(environ=None) -> Faults:
     """The faults `environ` (default os.environ) asks for; an unset or empty variable asks for none."""
     environ = os.environ if environ is None else environ
     parsed = {}
-    for name, parse in ((DESYNC, cli.non_negative_int), (OVERFLOW, replica_at_step),
-                        (SLOW, cli.at_least(0))):
+    for name, parse in ((DESYNC, cli.non_negative_int), (OVERFLOW, replica_at_step), (SLOW, cli.at_least(0))):
         text = environ.get(name, "")
         try:
             parsed[name] = parse(text) if text else None
@@ -96,8 +96,10 @@ def inject(launcher, asked: Faults):
 
     missing = [name for name in WRAPPED if not callable(getattr(type(launcher), name, None))]
     if missing:  # never a fault that silently does not happen
-        raise RuntimeError(f"tf_recipes.operations.faults wraps Launcher.{', '.join(missing)}, which "
-                           f"{type(launcher).__name__} no longer has: rename WRAPPED's names too")
+        raise RuntimeError(
+            f"tf_recipes.operations.faults wraps Launcher.{', '.join(missing)}, which "
+            f"{type(launcher).__name__} no longer has: rename WRAPPED's names too"
+        )
     run, aggregate, prepare, fingerprints = (getattr(launcher, name) for name in WRAPPED)
     if asked.overflow:  # the steps this process ran, counted in the graph
         steps = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -112,13 +114,16 @@ def inject(launcher, asked: Faults):
     def overflowing(gradients):
         replica, step = asked.overflow
         here = tf.logical_and(tf.equal(steps, step), tf.equal(replica_index(launcher), replica))
-        return aggregate([g if g is None else tf.where(here, tf.constant(float("inf"), g.dtype), g)
-                          for g in gradients])
+        return aggregate(
+            [g if g is None else tf.where(here, tf.constant(float("inf"), g.dtype), g) for g in gradients]
+        )
 
     def loss_scaled(model, optimizer):
         if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            raise UserError(f"{OVERFLOW} tests float16 loss scaling, and this run computes in "
-                            f"{keras.mixed_precision.global_policy().name}; add --amp float16")
+            raise UserError(
+                f"{OVERFLOW} tests float16 loss scaling, and this run computes in "
+                f"{keras.mixed_precision.global_policy().name}; add --amp float16"
+            )
         return prepare(model, optimizer)
 
     def desynced(variables):
@@ -133,8 +138,10 @@ def inject(launcher, asked: Faults):
     if asked.overflow:
         replica, replicas = asked.overflow[0], launcher.num_replicas
         if replica >= replicas:
-            raise UserError(f"{OVERFLOW}={replica}:{asked.overflow[1]}: there is no replica {replica}, this "
-                            f"run has {replicas} (0..{replicas - 1})")
+            raise UserError(
+                f"{OVERFLOW}={replica}:{asked.overflow[1]}: there is no replica {replica}, this "
+                f"run has {replicas} (0..{replicas - 1})"
+            )
         launcher.aggregate_gradients, launcher.prepare = overflowing, loss_scaled
     if asked.desync_replica is not None:
         launcher.all_fingerprints = desynced
@@ -143,8 +150,9 @@ def inject(launcher, asked: Faults):
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0].startswith("-"):
-        raise UserError("usage: python -m tf_recipes.operations.faults SCRIPT [ARGS...], with "
-                        "TF_RECIPES_FAULT_* set")
+        raise UserError(
+            "usage: python -m tf_recipes.operations.faults SCRIPT [ARGS...], with TF_RECIPES_FAULT_* set"
+        )
     from tf_recipes import data, launchers  # TensorFlow loads here, after the faults are read
 
     asked = faults()

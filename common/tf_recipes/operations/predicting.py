@@ -30,6 +30,7 @@ a run stopped by an unexpected error keeps the rows done so far there. A file th
 that is no regular file (a FIFO, a socket, a device: never opened) is named on one line of stderr and
 skipped; at the end the run exits 2 and says how many were skipped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,14 @@ import sys
 from tf_recipes import user_paths
 from tf_recipes.atomic import write_atomically
 from tf_recipes.cli import positive_int
-from tf_recipes.contract import (EXPORT_CLASSES_FILE, EXPORT_DIR, EXPORT_INFO_FILE, EXPORT_INPUT,
-                                 EXPORT_LABELS_FILE, UserError)
+from tf_recipes.contract import (
+    EXPORT_CLASSES_FILE,
+    EXPORT_DIR,
+    EXPORT_INFO_FILE,
+    EXPORT_INPUT,
+    EXPORT_LABELS_FILE,
+    UserError,
+)
 
 EXPORT_SIGNATURE = "serving_default"  # the export's signature that predict.py calls
 PREDICTIONS_FILE = "predictions.csv"  # what a classification predict.py writes in --out
@@ -57,15 +64,22 @@ class PredictError(UserError):
 
 def parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--model", required=True,
-                        help="the export folder (RESULTS/export: its newest version is used), the results "
-                             "folder that holds it, or one version folder (RESULTS/export/N)")
-    parser.add_argument("--input", required=True,
-                        help="an image file, or a folder of them (its subfolders too; hidden ones left out)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="the export folder (RESULTS/export: its newest version is used), the results "
+        "folder that holds it, or one version folder (RESULTS/export/N)",
+    )
+    parser.add_argument(
+        "--input",
+        required=True,
+        help="an image file, or a folder of them (its subfolders too; hidden ones left out)",
+    )
     parser.add_argument("--out", required=True, help="folder for the predictions (created if missing)")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="images per call of the model")
-    parser.add_argument("--top-k", type=positive_int, default=3,
-                        help="classification: classes listed per image")
+    parser.add_argument(
+        "--top-k", type=positive_int, default=3, help="classification: classes listed per image"
+    )
     return parser
 
 
@@ -83,11 +97,15 @@ def find_export(path: str) -> tuple[str, str]:
         return os.path.join(base, found[-1]), found[-1]
     if not os.path.isdir(path):
         kind = "a file, not a folder" if os.path.exists(path) else "no such folder"
-        raise PredictError(f"--model {path}: no exported model there ({kind}); give the export folder of a "
-                           f"training run (RESULTS/{EXPORT_DIR}) or one of its version folders")
-    raise PredictError(f"--model {path}: no exported model there: {base} holds no version folder (1/, 2/, "
-                       f"... with {export.SAVED_MODEL_FILE} in it); point --model at RESULTS/{EXPORT_DIR} of "
-                       "a run that finished without --no-export, or at one of its version folders")
+        raise PredictError(
+            f"--model {path}: no exported model there ({kind}); give the export folder of a "
+            f"training run (RESULTS/{EXPORT_DIR}) or one of its version folders"
+        )
+    raise PredictError(
+        f"--model {path}: no exported model there: {base} holds no version folder (1/, 2/, "
+        f"... with {export.SAVED_MODEL_FILE} in it); point --model at RESULTS/{EXPORT_DIR} of "
+        "a run that finished without --no-export, or at one of its version folders"
+    )
 
 
 def model_base(path: str) -> str:
@@ -104,10 +122,12 @@ def extra_file(folder: str, name: str) -> str:
 
     path = os.path.join(folder, export.EXTRA_DIR, name)
     if not os.path.isfile(path):
-        raise PredictError(f"--model {folder}: no {export.EXTRA_DIR}/{name} in that version folder (an "
-                           "export written before versioned folders kept it beside the version: move "
-                           f"{EXPORT_LABELS_FILE}, {EXPORT_INFO_FILE} and {EXPORT_CLASSES_FILE} into "
-                           f"{os.path.join(folder, export.EXTRA_DIR)})")
+        raise PredictError(
+            f"--model {folder}: no {export.EXTRA_DIR}/{name} in that version folder (an "
+            "export written before versioned folders kept it beside the version: move "
+            f"{EXPORT_LABELS_FILE}, {EXPORT_INFO_FILE} and {EXPORT_CLASSES_FILE} into "
+            f"{os.path.join(folder, export.EXTRA_DIR)})"
+        )
     return path
 
 
@@ -119,9 +139,11 @@ def list_inputs(path: str) -> tuple[list[str], list[tuple[str, str]]]:
     if what == user_paths.FILE:
         return [path], []
     if what != user_paths.FOLDER:
-        raise PredictError(f"--input {path}: "
-                           f"{'no such file or folder' if what == user_paths.MISSING else what}; give an "
-                           "image file or a folder of them")
+        raise PredictError(
+            f"--input {path}: "
+            f"{'no such file or folder' if what == user_paths.MISSING else what}; give an "
+            "image file or a folder of them"
+        )
     listing = user_paths.list_files(path, recursive=True, hidden=False)  # a val/ folder of classes, say
     if not listing.files and not listing.others:
         raise PredictError(f"--input {path}: the folder holds no files")
@@ -137,38 +159,47 @@ def output_stem(args, path: str) -> str:
 def check_paths(args, files: list[str], task: str) -> None:
     """Refuse, before anything is written, a run whose outputs could land on its inputs or on other files."""
     out = os.path.realpath(args.out)
-    problem = user_paths.output_problem("--out", args.out,
-                                        {"--input": args.input, "--model": model_base(args.model)})
+    problem = user_paths.output_problem(
+        "--out", args.out, {"--input": args.input, "--model": model_base(args.model)}
+    )
     if problem:
         raise PredictError(problem)
     for path in files:
         if user_paths.inside(os.path.realpath(path), out):
-            raise PredictError(f"--input file {path} is inside --out {args.out} (as "
-                               f"{os.path.realpath(path)}): choose an --out outside the inputs")
+            raise PredictError(
+                f"--input file {path} is inside --out {args.out} (as "
+                f"{os.path.realpath(path)}): choose an --out outside the inputs"
+            )
     problem = user_paths.flags_problem({}, {"--out": args.out})
     if problem:
         raise PredictError(problem)
     if os.path.isdir(args.out):
         present = sorted(os.listdir(args.out))
         if present and PREDICT_MARKER not in present:
-            raise PredictError(f"--out {args.out} already holds files no predict run wrote (such as "
-                               f"{present[0]}): choose a new or empty folder")
+            raise PredictError(
+                f"--out {args.out} already holds files no predict run wrote (such as "
+                f"{present[0]}): choose a new or empty folder"
+            )
     if task == "segmentation":
         owners = {}
         for path in files:
             stem = output_stem(args, path)
             if stem in owners:
-                raise PredictError(f"--input files {owners[stem]} and {path} would both be written as "
-                                   f"{os.path.join(args.out, stem)}.png and .json: rename one of them")
+                raise PredictError(
+                    f"--input files {owners[stem]} and {path} would both be written as "
+                    f"{os.path.join(args.out, stem)}.png and .json: rename one of them"
+                )
             owners[stem] = path
         for stem, path in owners.items():  # OUT/a.png written for a.jpg, and a folder a.png/ of inputs
             parent = os.path.dirname(stem)
             while parent:
                 for suffix in (".png", ".json"):
-                    if parent.endswith(suffix) and parent[:-len(suffix)] in owners:
-                        raise PredictError(f"--input files {owners[parent[:-len(suffix)]]} and {path} would "
-                                           "be written as a file and into a folder both named "
-                                           f"{os.path.join(args.out, parent)}: rename one of them")
+                    if parent.endswith(suffix) and parent[: -len(suffix)] in owners:
+                        raise PredictError(
+                            f"--input files {owners[parent[: -len(suffix)]]} and {path} would "
+                            "be written as a file and into a folder both named "
+                            f"{os.path.join(args.out, parent)}: rename one of them"
+                        )
                 parent = os.path.dirname(parent)
 
 
@@ -263,9 +294,12 @@ def write_segmentation(model: Export, path: str, blob: bytes, class_ids, out: st
     png = tf.io.encode_png(overlay).numpy()
     write_atomically(f"{stem}.png", png)
     counts = np.bincount(class_ids.ravel(), minlength=len(model.class_names)) / class_ids.size
-    areas = {"file": path, "size": list(class_ids.shape),
-             "class_fractions": {name: float(counts[i]) for i, name in enumerate(model.class_names)},
-             VERSION_COLUMN: model.version}
+    areas = {
+        "file": path,
+        "size": list(class_ids.shape),
+        "class_fractions": {name: float(counts[i]) for i, name in enumerate(model.class_names)},
+        VERSION_COLUMN: model.version,
+    }
     write_atomically(f"{stem}.json", json.dumps(areas, indent=1))
 
 
@@ -276,15 +310,18 @@ def run(args, task: str) -> None:
     check_paths(args, files, task)
     model = Export(args.model)
     if model.info["task"] != task:
-        raise PredictError(f"--model {model.path} is a {model.info['task']} model of {model.info['recipe']}, "
-                           f"not a {task} model: use that recipe's predict.py")
+        raise PredictError(
+            f"--model {model.path} is a {model.info['task']} model of {model.info['recipe']}, "
+            f"not a {task} model: use that recipe's predict.py"
+        )
     print(f"predict: model version {model.version} ({model.path})", flush=True)
     problem = user_paths.make_folder("--out", args.out)
     if problem:
         raise PredictError(problem)
     with open(os.path.join(args.out, PREDICT_MARKER), "w") as handle:
-        handle.write("written by tf_recipes.operations.predicting: a later predict run may write here "
-                     "again\n")
+        handle.write(
+            "written by tf_recipes.operations.predicting: a later predict run may write here again\n"
+        )
     unreadable, table, done = [], None, 0
     for path, what in others:
         skip(path, f"{what}, not a regular file", unreadable)
@@ -297,7 +334,7 @@ def run(args, task: str) -> None:
             writer.writerow(["file", "class", "probability", f"top_{args.top_k}", VERSION_COLUMN])
             table.flush()
         for start in range(0, len(files), args.batch_size):
-            batch, blobs, outputs = predict_batch(model, files[start:start + args.batch_size], unreadable)
+            batch, blobs, outputs = predict_batch(model, files[start : start + args.batch_size], unreadable)
             if task == "classification" and batch:
                 writer.writerows(classification_rows(model, batch, outputs, args.top_k))
                 table.flush()  # the rows of every finished batch survive a later failure
@@ -313,14 +350,19 @@ def run(args, task: str) -> None:
     except BaseException:
         if table is not None:
             table.close()
-            print(f"predict: stopped; the predictions of the {done} files done are in {partial}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"predict: stopped; the predictions of the {done} files done are in {partial}",
+                file=sys.stderr,
+                flush=True,
+            )
         raise
     total = len(files) + len(others)
     print(f"predictions: {args.out} ({total - len(unreadable)} of {total} files)", flush=True)
     if unreadable:
-        raise PredictError(f"{len(unreadable)} of {total} input files could not be read (named above); "
-                           f"the predictions of the others are in {args.out}")
+        raise PredictError(
+            f"{len(unreadable)} of {total} input files could not be read (named above); "
+            f"the predictions of the others are in {args.out}"
+        )
 
 
 def main(description: str, task: str, argv=None) -> None:

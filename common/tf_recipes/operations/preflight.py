@@ -22,6 +22,7 @@ are reported as never arrived.
 Nothing here is imported by a recipe; TensorFlow is imported only by main(), so the pure parts
 (the NCCL log parser, the verdict, the table) load without it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,6 +51,7 @@ FINAL_STAGES = ("done", "failed")
 
 # -- pure parts ---------------------------------------------------------------------------------------
 
+
 def parse_size(text: str) -> int:
     """'4K' -> 4096, '16M' -> 16777216, '100' -> 100 bytes; a ValueError for anything else."""
     match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", text, re.I)
@@ -60,7 +62,7 @@ def parse_size(text: str) -> int:
 
 
 def format_size(size: int) -> str:
-    for unit, factor in (("MiB", 1024 ** 2), ("KiB", 1024)):
+    for unit, factor in (("MiB", 1024**2), ("KiB", 1024)):
         if size >= factor and size % factor == 0:
             return f"{size // factor} {unit}"
     return f"{size} B"
@@ -78,16 +80,22 @@ def ranks_from_env(environ, launcher: str) -> tuple[int, int]:
     are one process."""
     if launcher_trait(launcher, "one_process"):
         return 0, 1
-    pairs = [("HOROVOD_RANK", "HOROVOD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-             ("PMIX_RANK", "SLURM_NTASKS"), ("SLURM_PROCID", "SLURM_NTASKS")]
+    pairs = [
+        ("HOROVOD_RANK", "HOROVOD_SIZE"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMIX_RANK", "SLURM_NTASKS"),
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+    ]
     if launcher_trait(launcher, "peers_from") == "TF_CONFIG":
         try:
             config = json.loads(environ.get("TF_CONFIG", ""))
             workers = [a for group in config["cluster"].values() for a in group]
             return int(config["task"]["index"]), len(workers)
         except (ValueError, KeyError, TypeError):
-            pairs = [(contract.INDEXED_JOB_INDEX, contract.INDEXED_JOB_WORKERS),
-                     ("SLURM_PROCID", "SLURM_NTASKS")]
+            pairs = [
+                (contract.INDEXED_JOB_INDEX, contract.INDEXED_JOB_WORKERS),
+                ("SLURM_PROCID", "SLURM_NTASKS"),
+            ]
     for rank, size in pairs:
         # Distributed: the rank and size a launcher set, read before any collective
         if environ.get(rank, "").isdigit() and environ.get(size, "").isdigit():
@@ -148,8 +156,11 @@ def judge_ranks(expected: int, seen: dict, now: float, stale_after: float = STAL
     A rank with no heartbeat file never arrived; one whose heartbeat has not moved for `stale_after`
     seconds, and that had not finished, froze (stopped or died)."""
     missing = [rank for rank in range(expected) if rank not in seen]
-    frozen = [rank for rank, beat in sorted(seen.items())
-              if beat["stage"] not in FINAL_STAGES and now - beat["changed"] >= stale_after]
+    frozen = [
+        rank
+        for rank, beat in sorted(seen.items())
+        if beat["stage"] not in FINAL_STAGES and now - beat["changed"] >= stale_after
+    ]
     return {"missing": missing, "frozen": frozen}
 
 
@@ -158,8 +169,10 @@ def describe_ranks(judged: dict, seen: dict, now: float) -> str:
     parts = [f"rank {rank} never arrived" for rank in judged["missing"]]
     for rank in judged["frozen"]:
         beat = seen[rank]
-        parts.append(f"rank {rank} ({beat.get('host')}, pid {beat.get('pid')}) froze at stage "
-                     f"{beat['stage']} (no heartbeat for {now - beat['changed']:.0f} s)")
+        parts.append(
+            f"rank {rank} ({beat.get('host')}, pid {beat.get('pid')}) froze at stage "
+            f"{beat['stage']} (no heartbeat for {now - beat['changed']:.0f} s)"
+        )
     return "; ".join(parts)
 
 
@@ -170,20 +183,32 @@ def summarize(reports: list[dict], *, launcher: str, replicas: int, nodes: int, 
     for report in reports:
         got = report["allreduce"]["got"]
         if any(value != expected for value in got):
-            problems.append(f"rank {report['rank']}: the all-reduce gave {got}, not {expected:g} on every "
-                            "replica")
-    transports = sorted({str(r["nccl"]["transport"]) for r in reports
-                         if r["nccl"]["transport"] not in (None, "none")})
+            problems.append(
+                f"rank {report['rank']}: the all-reduce gave {got}, not {expected:g} on every replica"
+            )
+    transports = sorted(
+        {str(r["nccl"]["transport"]) for r in reports if r["nccl"]["transport"] not in (None, "none")}
+    )
     uses_gpu = any(r["gpus"] for r in reports)
     if nodes > 1 and uses_gpu and "socket" in transports and not allow_socket:
-        problems.append("NCCL connects the nodes over sockets (NET/Socket), not InfiniBand/RoCE: check that "
-                        "the container sees /dev/infiniband, NCCL_IB_DISABLE, NCCL_IB_HCA and "
-                        "NCCL_SOCKET_IFNAME (--allow-socket if this cluster has no InfiniBand)")
+        problems.append(
+            "NCCL connects the nodes over sockets (NET/Socket), not InfiniBand/RoCE: check that "
+            "the container sees /dev/infiniband, NCCL_IB_DISABLE, NCCL_IB_HCA and "
+            "NCCL_SOCKET_IFNAME (--allow-socket if this cluster has no InfiniBand)"
+        )
     if len(reports) != len({r["rank"] for r in reports}):
         problems.append("two processes reported the same rank")
-    return {"ok": not problems, "status": contract.EXIT_DONE if not problems else contract.EXIT_CLUSTER,
-            "launcher": launcher, "processes": len(reports), "replicas": replicas, "nodes": nodes,
-            "expected_sum": expected, "nccl_transport": ",".join(transports) or "none", "problems": problems}
+    return {
+        "ok": not problems,
+        "status": contract.EXIT_DONE if not problems else contract.EXIT_CLUSTER,
+        "launcher": launcher,
+        "processes": len(reports),
+        "replicas": replicas,
+        "nodes": nodes,
+        "expected_sum": expected,
+        "nccl_transport": ",".join(transports) or "none",
+        "problems": problems,
+    }
 
 
 def _row(cells, widths) -> str:
@@ -198,24 +223,49 @@ def _table(header, rows) -> list[str]:
 def render_table(result: dict) -> str:
     """The readable report of preflight.json: one line per rank, then the bandwidth per size."""
     verdict = "OK" if result["ok"] else "FAILED"
-    lines = [f"preflight: {result['launcher']}, {result['processes']} process(es), {result['replicas']} "
-             f"replica(s) on {result['nodes']} node(s): {verdict}"]
+    lines = [
+        f"preflight: {result['launcher']}, {result['processes']} process(es), {result['replicas']} "
+        f"replica(s) on {result['nodes']} node(s): {verdict}"
+    ]
     header = ("rank", "host", "devices", "TF", "Keras", "Horovod", "CUDA", "NCCL", "transport", "all-reduce")
     rows = []
     for r in result.get("ranks", []):
         v = r["versions"]
         got = ",".join(f"{value:g}" for value in r["allreduce"]["got"])
-        rows.append((r["rank"], r["host"], ",".join(r["devices"]), v["tensorflow"], v["keras"], v["horovod"],
-                     v["cuda"], v["nccl"], r["nccl"]["transport"] or "none",
-                     f"{got} (expected {result['expected_sum']:g})"))
+        rows.append(
+            (
+                r["rank"],
+                r["host"],
+                ",".join(r["devices"]),
+                v["tensorflow"],
+                v["keras"],
+                v["horovod"],
+                v["cuda"],
+                v["nccl"],
+                r["nccl"]["transport"] or "none",
+                f"{got} (expected {result['expected_sum']:g})",
+            )
+        )
     lines += _table(header, rows) if rows else ["(no rank reported)"]
     bandwidth = result.get("bandwidth") or []
     if bandwidth:
-        lines += ["", f"all-reduce of float32 over {result['replicas']} replicas (rank 0, median of "
-                      f"{bandwidth[0]['repeats']}; bus bandwidth = size x 2(n-1)/n / time):"]
-        lines += _table(("size", "time ms", "algbw MB/s", "busbw MB/s"),
-                        [(format_size(b["bytes"]), f"{b['median_ms']:.2f}", f"{b['algbw_mb_s']:.1f}",
-                          f"{b['busbw_mb_s']:.1f}") for b in bandwidth])
+        lines += [
+            "",
+            f"all-reduce of float32 over {result['replicas']} replicas (rank 0, median of "
+            f"{bandwidth[0]['repeats']}; bus bandwidth = size x 2(n-1)/n / time):",
+        ]
+        lines += _table(
+            ("size", "time ms", "algbw MB/s", "busbw MB/s"),
+            [
+                (
+                    format_size(b["bytes"]),
+                    f"{b['median_ms']:.2f}",
+                    f"{b['algbw_mb_s']:.1f}",
+                    f"{b['busbw_mb_s']:.1f}",
+                )
+                for b in bandwidth
+            ],
+        )
     lines += [f"problem: {problem}" for problem in result["problems"]]
     return "\n".join(lines) + "\n"
 
@@ -223,8 +273,13 @@ def render_table(result: dict) -> str:
 def bandwidth_row(size: int, times: list[float], replicas: int) -> dict:
     median = sorted(times)[len(times) // 2]
     algbw = size / median / 1e6
-    return {"bytes": size, "repeats": len(times), "median_ms": median * 1e3, "algbw_mb_s": algbw,
-            "busbw_mb_s": algbw * 2 * (replicas - 1) / replicas if replicas > 1 else algbw}
+    return {
+        "bytes": size,
+        "repeats": len(times),
+        "median_ms": median * 1e3,
+        "algbw_mb_s": algbw,
+        "busbw_mb_s": algbw * 2 * (replicas - 1) / replicas if replicas > 1 else algbw,
+    }
 
 
 def encode_report(report: dict, rank: int, processes: int) -> list[float]:
@@ -232,22 +287,24 @@ def encode_report(report: dict, rank: int, processes: int) -> list[float]:
     launcher's own collective, which carries numbers only."""
     data = json.dumps(report, separators=(",", ":")).encode()
     if len(data) > REPORT_BYTES:
-        data = json.dumps({**report, "bandwidth": [], "devices": report["devices"][:8]},
-                          separators=(",", ":")).encode()[:REPORT_BYTES]
+        data = json.dumps(
+            {**report, "bandwidth": [], "devices": report["devices"][:8]}, separators=(",", ":")
+        ).encode()[:REPORT_BYTES]
     vector = [0.0] * (REPORT_BYTES * processes)
-    vector[rank * REPORT_BYTES:rank * REPORT_BYTES + len(data)] = [float(b) for b in data]
+    vector[rank * REPORT_BYTES : rank * REPORT_BYTES + len(data)] = [float(b) for b in data]
     return vector
 
 
 def decode_reports(vector, processes: int) -> list[dict]:
     reports = []
     for rank in range(processes):
-        data = bytes(int(v) for v in vector[rank * REPORT_BYTES:(rank + 1) * REPORT_BYTES]).rstrip(b"\0")
+        data = bytes(int(v) for v in vector[rank * REPORT_BYTES : (rank + 1) * REPORT_BYTES]).rstrip(b"\0")
         reports.append(json.loads(data) if data else {"rank": rank, "missing": True})
     return reports
 
 
 # -- heartbeats and the deadline ------------------------------------------------------------------------
+
 
 def write_json(path: str, value: dict, durable: bool = True) -> None:
     """`path` holds `value` or what it held before. A report is fsynced (it must survive a crash); a
@@ -284,9 +341,19 @@ class Heartbeat:
     def write(self) -> None:
         with self._lock:
             self.beat += 1
-            write_json(os.path.join(self.folder, f"rank-{self.rank}.json"), {
-                "run": self.run_id, "rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
-                "started": self.started, "beat": self.beat, "stage": self.stage}, durable=False)
+            write_json(
+                os.path.join(self.folder, f"rank-{self.rank}.json"),
+                {
+                    "run": self.run_id,
+                    "rank": self.rank,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "started": self.started,
+                    "beat": self.beat,
+                    "stage": self.stage,
+                },
+                durable=False,
+            )
 
     def _run(self) -> None:
         while True:
@@ -369,16 +436,32 @@ class Deadline:
         # A failed collective: watch long enough to tell a frozen rank from a slow one. The deadline:
         # no time left, and a heartbeat silent for a few seconds is the answer.
         watch_until = min(self.ends, time.monotonic() + STALE_SECONDS + 1) if wait else time.monotonic()
-        message = self.heartbeat.verdict(f"seen from rank {self.heartbeat.rank} at stage {stage}: {reason}",
-                                         watch_until, STALE_SECONDS if wait else 3 * HEARTBEAT_SECONDS)
+        message = self.heartbeat.verdict(
+            f"seen from rank {self.heartbeat.rank} at stage {stage}: {reason}",
+            watch_until,
+            STALE_SECONDS if wait else 3 * HEARTBEAT_SECONDS,
+        )
         now = time.monotonic()
-        heartbeats = {rank: {"host": beat.get("host"), "pid": beat.get("pid"), "stage": beat.get("stage"),
-                             "silent_s": round(now - beat["changed"], 1)}
-                      for rank, beat in self.heartbeat.watch().items()}
-        result = {"ok": False, "status": contract.EXIT_CLUSTER, "launcher": self.launcher,
-                  "processes": self.heartbeat.expected, "failed_rank": self.heartbeat.rank,
-                  "failed_stage": stage,
-                  "problems": [message], "heartbeats": heartbeats, "elapsed_s": round(now - self.started, 1)}
+        heartbeats = {
+            rank: {
+                "host": beat.get("host"),
+                "pid": beat.get("pid"),
+                "stage": beat.get("stage"),
+                "silent_s": round(now - beat["changed"], 1),
+            }
+            for rank, beat in self.heartbeat.watch().items()
+        }
+        result = {
+            "ok": False,
+            "status": contract.EXIT_CLUSTER,
+            "launcher": self.launcher,
+            "processes": self.heartbeat.expected,
+            "failed_rank": self.heartbeat.rank,
+            "failed_stage": stage,
+            "problems": [message],
+            "heartbeats": heartbeats,
+            "elapsed_s": round(now - self.started, 1),
+        }
         try:
             write_json(os.path.join(self.results_dir, PREFLIGHT_FILE), result)
         except OSError:
@@ -390,22 +473,37 @@ class Deadline:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--launcher", choices=contract.LAUNCHERS, default="single")
-    parser.add_argument("--cpu-replicas", type=positive_int, default=1,
-                        help="mirrored without a GPU: logical CPU devices")
-    parser.add_argument("--collective", choices=contract.COLLECTIVES, default="auto",
-                        help="multiworker all-reduce implementation")
-    parser.add_argument("--results-dir", default="results/preflight",
-                        help=f"where {PREFLIGHT_FILE} and the heartbeat files go; shared by every "
-                             "process")
-    parser.add_argument("--deadline", type=at_least(MIN_DEADLINE),
-                        default=PREFLIGHT_DEFAULT_DEADLINE, metavar="SECONDS",
-                        help="end (status 4, naming the ranks that never arrived or froze) after this long")
+    parser.add_argument(
+        "--cpu-replicas", type=positive_int, default=1, help="mirrored without a GPU: logical CPU devices"
+    )
+    parser.add_argument(
+        "--collective",
+        choices=contract.COLLECTIVES,
+        default="auto",
+        help="multiworker all-reduce implementation",
+    )
+    parser.add_argument(
+        "--results-dir",
+        default="results/preflight",
+        help=f"where {PREFLIGHT_FILE} and the heartbeat files go; shared by every process",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=at_least(MIN_DEADLINE),
+        default=PREFLIGHT_DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help="end (status 4, naming the ranks that never arrived or froze) after this long",
+    )
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="all-reduce message sizes for the bandwidth")
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed all-reduces per size")
-    parser.add_argument("--allow-socket", action="store_true",
-                        help="do not fail a multi-node GPU job whose NCCL falls back to sockets")
-    parser.add_argument("--run-id", default="",
-                        help="keeps this attempt's heartbeats apart from an earlier one's")
+    parser.add_argument(
+        "--allow-socket",
+        action="store_true",
+        help="do not fail a multi-node GPU job whose NCCL falls back to sockets",
+    )
+    parser.add_argument(
+        "--run-id", default="", help="keeps this attempt's heartbeats apart from an earlier one's"
+    )
     args = parser.parse_args(argv)
     try:
         args.sizes = [parse_size(size) for size in args.sizes.split(",") if size.strip()]
@@ -440,6 +538,7 @@ def _nccl_lines(pattern: str | None) -> list[str]:
 
 # -- the check itself (TensorFlow from here on) ---------------------------------------------------------
 
+
 def _allreduce(launcher, tf):
     """A function n -> this process's replicas' all-reduced float32 vectors of n elements, to which
     replica r (numbered over the whole job) contributed r+1 in every element."""
@@ -459,6 +558,7 @@ def _allreduce(launcher, tf):
         if n not in steps:
             steps[n] = tf.function(lambda: strategy.run(replica_step, args=(n,)))
         return [t.numpy() for t in strategy.experimental_local_results(steps[n]())]
+
     return run
 
 
@@ -483,34 +583,51 @@ def _versions(tf, launcher, nccl: dict, gpus: list) -> dict:
     info = tf.sysconfig.get_build_info()
     try:
         import horovod
+
         horovod_version = horovod.__version__
     except ImportError:
         horovod_version = "none"
     nccl_version = nccl["version"]
     # Horovod: whether NCCL carries the all-reduce
-    if nccl_version is None and launcher_trait(launcher.name, "collective") == "horovod" \
-            and launcher.hvd.nccl_built():  # Horovod: its NCCL, when it was built with it
+    if (
+        nccl_version is None
+        and launcher_trait(launcher.name, "collective") == "horovod"
+        and launcher.hvd.nccl_built()
+    ):  # Horovod: its NCCL, when it was built with it
         nccl_version = str(launcher.hvd.nccl_built())  # Horovod: the version it was built with
-    return {"tensorflow": tf.__version__, "keras": keras.__version__, "horovod": horovod_version,
-            # The CUDA the TensorFlow build was made for, when there is a GPU to use it on.
-            "cuda": (info.get("cuda_version") or "none") if gpus else "none",
-            "cudnn": (info.get("cudnn_version") or "none") if gpus else "none",
-            "cuda_build": info.get("cuda_version") or "none",
-            "nccl": nccl_version or "none", "python": sys.version.split()[0]}
+    return {
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "horovod": horovod_version,
+        # The CUDA the TensorFlow build was made for, when there is a GPU to use it on.
+        "cuda": (info.get("cuda_version") or "none") if gpus else "none",
+        "cudnn": (info.get("cudnn_version") or "none") if gpus else "none",
+        "cuda_build": info.get("cuda_version") or "none",
+        "nccl": nccl_version or "none",
+        "python": sys.version.split()[0],
+    }
 
 
 def _report(tf, launcher, got, bandwidth, nccl_pattern) -> dict:
     gpus = tf.config.list_physical_devices("GPU")
     nccl = nccl_transport(_nccl_lines(nccl_pattern))
     return {
-        "rank": launcher.worker_index, "host": socket.gethostname(), "pid": os.getpid(),
+        "rank": launcher.worker_index,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
         "local_replicas": launcher.local_replicas,
-        "devices": list(dict.fromkeys(d.name.rsplit("device:", 1)[-1]
-                                      for d in tf.config.list_logical_devices()
-                                      if d.device_type in ("CPU", "GPU"))),
+        "devices": list(
+            dict.fromkeys(
+                d.name.rsplit("device:", 1)[-1]
+                for d in tf.config.list_logical_devices()
+                if d.device_type in ("CPU", "GPU")
+            )
+        ),
         "gpus": [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus],
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "versions": _versions(tf, launcher, nccl, gpus), "allreduce": {"got": got}, "bandwidth": bandwidth,
+        "versions": _versions(tf, launcher, nccl, gpus),
+        "allreduce": {"got": got},
+        "bandwidth": bandwidth,
         "nccl": nccl,
     }
 
@@ -534,10 +651,19 @@ def _check(tf, launcher, args, heartbeat, deadline, nccl_pattern) -> dict:
     encoded = encode_report(report, launcher.worker_index, launcher.num_workers)
     vector = launcher.sum_over_processes(np.array(encoded))
     reports = decode_reports(vector, launcher.num_workers)
-    result = summarize(reports, launcher=args.launcher, replicas=launcher.num_replicas,
-                       nodes=launcher.num_nodes, allow_socket=args.allow_socket)
-    result.update(ranks=reports, bandwidth=reports[0]["bandwidth"], deadline=args.deadline,
-                  elapsed_s=round(time.monotonic() - deadline.started, 1))
+    result = summarize(
+        reports,
+        launcher=args.launcher,
+        replicas=launcher.num_replicas,
+        nodes=launcher.num_nodes,
+        allow_socket=args.allow_socket,
+    )
+    result.update(
+        ranks=reports,
+        bandwidth=reports[0]["bandwidth"],
+        deadline=args.deadline,
+        elapsed_s=round(time.monotonic() - deadline.started, 1),
+    )
     launcher.barrier()  # nobody leaves while another still waits on a collective
     faulthandler.cancel_dump_traceback_later()
     return result
@@ -547,8 +673,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     user_paths.exit_if(user_paths.make_folder("--results-dir", args.results_dir))
     rank, expected = ranks_from_env(os.environ, args.launcher)
-    heartbeat = Heartbeat(os.path.join(args.results_dir, RANKS_DIR), rank, expected,
-                          args.run_id, args.deadline).start()
+    heartbeat = Heartbeat(
+        os.path.join(args.results_dir, RANKS_DIR), rank, expected, args.run_id, args.deadline
+    ).start()
     deadline = Deadline(args.deadline, heartbeat, args.results_dir, args.launcher).start()
     nccl_pattern = _nccl_log_pattern(args.results_dir)
     heartbeat.set_stage("importing")
@@ -560,8 +687,9 @@ def main(argv=None) -> int:
 
     try:
         heartbeat.set_stage("joining")
-        launcher = create_launcher(args.launcher, args.cpu_replicas, args.collective,
-                                   join_timeout=max(1.0, deadline.remaining() - 3))
+        launcher = create_launcher(
+            args.launcher, args.cpu_replicas, args.collective, join_timeout=max(1.0, deadline.remaining() - 3)
+        )
         result = _check(tf, launcher, args, heartbeat, deadline, nccl_pattern)
     except contract.UserError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)

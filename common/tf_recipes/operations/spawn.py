@@ -18,6 +18,7 @@ must be free and reachable).
 Also what starts a job elsewhere (`invoke run`) uses: signals passed on to child processes, a child stopped
 with its parent, and a stopped job's exit status.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,10 +51,10 @@ def job_status(status: int, results_dir: str, since: float) -> int:
     return status
 
 
-
 @contextlib.contextmanager
 def forwarding_stop_signals(processes):
     """While inside, SIGTERM and SIGUSR1 go on to every process of `processes` still running."""
+
     def forward(signum, frame):
         for process in list(processes):
             if process.poll() is None:
@@ -106,11 +107,13 @@ def stopped_with_parent():
         prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG: the signal when the starting thread ends
         if os.getppid() != parent:  # the parent died before the option was set
             os._exit(EXIT_STOPPED)
+
     return arm
 
 
-def worker_environments(nproc: int, ports: list[int], gpus_per_worker: int = 0,
-                        hosts=("localhost",), node_index: int = 0) -> list[dict]:
+def worker_environments(
+    nproc: int, ports: list[int], gpus_per_worker: int = 0, hosts=("localhost",), node_index: int = 0
+) -> list[dict]:
     """The environment additions of this node's workers: TF_CONFIG and, on GPUs, CUDA_VISIBLE_DEVICES
     and the GPUs each worker must see (GPUS_PER_PROCESS_ENV; without --gpus-per-worker, the
     workers inherit the caller's value).
@@ -164,21 +167,32 @@ def start_workers(command: list[str], environments: list[dict]) -> list[subproce
             for worker in workers:
                 worker.kill()
                 worker.wait()
-            exit_if(f"the worker command {command[0]} cannot be started ({error.strerror or error}); "
-                    "give a program that runs after --")
+            exit_if(
+                f"the worker command {command[0]} cannot be started ({error.strerror or error}); "
+                "give a program that runs after --"
+            )
     return workers
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nproc", type=positive_int, required=True, help="worker processes to start")
-    parser.add_argument("--gpus-per-worker", type=non_negative_int, default=0,
-                        help="give worker i GPUs i*K .. i*K+K-1 (0: leave CUDA_VISIBLE_DEVICES alone)")
+    parser.add_argument(
+        "--gpus-per-worker",
+        type=non_negative_int,
+        default=0,
+        help="give worker i GPUs i*K .. i*K+K-1 (0: leave CUDA_VISIBLE_DEVICES alone)",
+    )
     parser.add_argument("--hosts", default="localhost", help="comma-separated hosts of the job, in order")
-    parser.add_argument("--node-index", type=non_negative_int, default=0,
-                        help="this host's position in --hosts")
-    parser.add_argument("--port-base", type=int, default=None,
-                        help="first worker port on every host (required with more than one host)")
+    parser.add_argument(
+        "--node-index", type=non_negative_int, default=0, help="this host's position in --hosts"
+    )
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        default=None,
+        help="first worker port on every host (required with more than one host)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the worker command")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -186,21 +200,29 @@ def main(argv=None) -> int:
         parser.error("give the worker command after --, e.g. -- python train.py --launcher multiworker")
     if not shutil.which(command[0]):
         where = "not an executable file" if os.sep in command[0] else "not a program on PATH"
-        exit_if(f"the worker command {command[0]} is {where}; give a program that exists after --, "
-                "e.g. -- python train.py")
+        exit_if(
+            f"the worker command {command[0]} is {where}; give a program that exists after --, "
+            "e.g. -- python train.py"
+        )
     hosts = parse_hosts(parser, args.hosts)
     if not 0 <= args.node_index < len(hosts):
         parser.error(f"--node-index {args.node_index} is not a position in --hosts {args.hosts}")
     if len(hosts) > 1 and args.port_base is None:
         parser.error("with more than one host, give every node the same --port-base")
     if args.port_base is not None and not 1 <= args.port_base <= 65536 - args.nproc:
-        parser.error(f"--port-base {args.port_base} leaves no room for {args.nproc} worker port(s): "
-                     f"give a port from 1024 to {65536 - args.nproc}")
-    ports = (free_ports(args.nproc) if args.port_base is None
-             else list(range(args.port_base, args.port_base + args.nproc)))
+        parser.error(
+            f"--port-base {args.port_base} leaves no room for {args.nproc} worker port(s): "
+            f"give a port from 1024 to {65536 - args.nproc}"
+        )
+    ports = (
+        free_ports(args.nproc)
+        if args.port_base is None
+        else list(range(args.port_base, args.port_base + args.nproc))
+    )
 
-    workers = start_workers(command, worker_environments(args.nproc, ports, args.gpus_per_worker, hosts,
-                                                         args.node_index))
+    workers = start_workers(
+        command, worker_environments(args.nproc, ports, args.gpus_per_worker, hosts, args.node_index)
+    )
     code = 0
     with forwarding_stop_signals(workers), first_interrupt_waits(workers):
         try:
@@ -228,8 +250,9 @@ def main(argv=None) -> int:
             except subprocess.TimeoutExpired:
                 worker.kill()
     if code == EXIT_STOPPED:
-        print(f"spawn: the workers stopped on a signal (status {code}); continue with "
-              "--resume", file=sys.stderr)
+        print(
+            f"spawn: the workers stopped on a signal (status {code}); continue with --resume", file=sys.stderr
+        )
     elif code:
         print(f"spawn: a worker exited with status {code}; stopped the others", file=sys.stderr)
     return code

@@ -85,8 +85,10 @@ def test_presets_set_what_a_step_sees_and_the_rate_and_flags_override_them():
     assert (full.downscale, full.crop, full.scale, full.cache) == (1, (512, 1024), (0.5, 2.0), False)
     assert (full.iterations, full.lr_schedule, full.lr_warmup_steps, full.lr) == (80_000, "cosine", 1000, 1e-4)
     # 80,000 iterations at 2 per GPU on 8 GPUs over Cityscapes' 2,975 scenes: 185 steps an epoch, 433 epochs
-    train.schedule_in_iterations(full, 2975, 8)
-    assert (full.epochs, full.max_steps) == (433, 80_000)
+    planned = train.resolve(full, (1024, 2048), 2975, 8)
+    assert (planned.epochs, planned.max_steps, planned.downscale, planned.eval_size) == (433, 80_000, 1, (1024, 2048))
+    assert planned.plan(2975, 8).total_steps == 80_000 and full.max_steps is None  # resolved anew, never in place
+    assert train.resolve(cpu, (1024, 2048), 80, 1).downscale == 8
     assert train.parse_args(["--epochs", "3"]).iterations is None  # --epochs given: the epochs count
     assert train.parse_args(["--encoder-weights", "none"]).encoder_weights is None
     overridden = train.parse_args(["--preset", "cpu", "--epochs", "3", "--lr-schedule", "constant",
@@ -122,11 +124,12 @@ def test_a_smaller_prediction_is_scored_against_the_truth_at_its_own_size_and_ig
 
 
 def test_the_cpu_preset_s_rate_falls_from_its_peak_to_zero():
-    from types import SimpleNamespace
-
     from tf_recipes import training
 
-    rate = training.learning_rate(1e-3, SimpleNamespace(num_replicas=1), False, 0, "cosine", 100)
-    assert [round(float(rate(step)), 7) for step in (0, 50, 100, 150)] == [1e-3, 5e-4, 0.0, 0.0]
-    doubled = training.learning_rate(1e-3, SimpleNamespace(num_replicas=2), True, 0, "cosine", 100)
+    def rate(replicas, scale_lr):
+        config = train.Config(lr=1e-3, scale_lr=scale_lr, lr_warmup_steps=0, lr_schedule="cosine", batch_size=1)
+        return training.learning_rate(config, config.plan(100 * replicas, replicas))
+
+    assert [round(float(rate(1, False)(step)), 7) for step in (0, 50, 100, 150)] == [1e-3, 5e-4, 0.0, 0.0]
+    doubled = rate(2, True)
     assert round(float(doubled(50)), 7) == 1e-3
