@@ -22,7 +22,6 @@ from tf_recipes.stopping import StopFlag, stopped_marker
 
 CHECKPOINTS_DIR = "checkpoints"  # RESULTS/checkpoints
 IDENTITY_FILE = "run.json"  # RESULTS/checkpoints/run.json: the identity of the run that wrote them
-KEEP = 2  # checkpoints kept: the newest, and the one before in case the newest is damaged
 
 
 class ResumeError(UserError, ValueError):
@@ -144,9 +143,10 @@ class Checkpoints:
         resume: bool,
         identity: dict,
         total_steps: int,
-        export: bool = True,
+        export: bool,
+        keep: int,  # checkpoints kept (RunConfig.keep_checkpoints)
     ):
-        self.launcher, self.results_dir, self.resume = launcher, results_dir, resume
+        self.launcher, self.results_dir, self.resume, self.keep = launcher, results_dir, resume, keep
         # export: a finished run wrote results.json, the weights and (unless --no-export) the export
         self.identity, self.total_steps, self.export = identity, total_steps, export
         self.folder = os.path.join(results_dir, CHECKPOINTS_DIR)
@@ -285,7 +285,7 @@ class Checkpoints:
         # system: nothing on disk, so a worker killed while it saves leaves nothing behind
         if not launcher.is_chief:
             directory = f"ram://tf-recipes-worker{launcher.worker_index}-{os.getpid()}-ckpt"
-        manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=KEEP)
+        manager = tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=self.keep)
         needed = nbytes(self.checkpoint.model.variables) + nbytes(self.checkpoint.optimizer.variables)
         with disk_full_is_one_line(directory, needed, "a checkpoint"):
             if launcher.is_chief:  # Distributed: the chief writes run.json

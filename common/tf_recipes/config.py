@@ -308,6 +308,16 @@ class RunConfig:
     checkpoint_every: int = _output(
         0, "checkpoint every N steps (0: at the end of every epoch)", type=non_negative_int
     )
+    checkpoint_minutes: float | None = _output(
+        None,
+        "also checkpoint when this many minutes have passed since the last checkpoint (a long run's "
+        "loss at a crash or preemption)",
+        type=positive_float,
+        metavar="MINUTES",
+    )
+    keep_checkpoints: int = _output(
+        2, "checkpoints kept: the newest N, older ones deleted", type=positive_int, metavar="N"
+    )
     log_every: int = _output(10, "print progress every N steps", type=positive_int)
     export: bool = _output(
         True,

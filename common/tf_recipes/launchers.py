@@ -2,6 +2,7 @@
 device), mirrored (MirroredStrategy over the local GPUs or N logical CPU devices), multiworker
 (MultiWorkerMirroredStrategy; cluster from TF_CONFIG, SLURM or an Indexed Job) and horovod. The loop is
 tf_recipes.training's GradientTape: Keras 3's `fit` fails under the last two (tensorflow#72388, horovod#4290).
+`SyncBatchNormalization` is batch norm over the global batch under each of them.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import os
 import re
 import shutil
 import socket
+import sys
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -430,3 +433,34 @@ def create_launcher(
             "--gpus (docker run --gpus, apptainer --nv), and CUDA_VISIBLE_DEVICES; or run with --gpus 0"
         )
     return classes[name](cpu_replicas=cpu_replicas, collective=collective, join_timeout=join_timeout)
+
+
+class SyncBatchNormalization(keras.layers.BatchNormalization):
+    """Batch norm over the global batch, as the field trains segmentation (SyncBN): in training, every
+    replica normalises with the mean and variance of all replicas' examples, under every launcher; in
+    inference, with the moving statistics, as any batch norm. Under the strategies Keras all-reduces the
+    sums (`synchronized=True`); under Horovod, whose ranks have no replica context, this layer all-reduces
+    the same sums with Horovod and computes the moments by Keras' formula, so that a job of two ranks
+    trains bit for bit what two replicas of a strategy train. One replica: the batch's own statistics."""
+
+    def __init__(self, **options):
+        super().__init__(synchronized=True, **options)
+
+    def _moments(self, inputs, mask):
+        hvd = sys.modules.get("horovod.tensorflow")
+        if mask is not None or hvd is None or not hvd.is_initialized() or hvd.size() == 1:
+            return super()._moments(inputs, mask)
+        x = tf.cast(inputs, tf.float32)  # as keras.ops.moments: 16-bit statistics lose too much
+        axes = self._reduction_axes
+        # Horovod: the sums of every rank, added in one all-reduce each, in the order Keras adds them
+        sums = [tf.reduce_sum(part, axis=axes, keepdims=True) for part in (x, tf.square(x), tf.ones_like(x))]
+        total, squares, count = (hvd.allreduce(part, op=hvd.Sum) for part in sums)
+        mean = tf.math.divide_no_nan(total, count)
+        variance = tf.maximum(tf.math.divide_no_nan(squares, count) - tf.square(mean), 0.0)
+        mean, variance = tf.squeeze(mean, axes), tf.squeeze(variance, axes)
+        if inputs.dtype in (tf.float16, tf.bfloat16):
+            limit = tf.float16.max
+            mean, variance = (
+                tf.cast(tf.clip_by_value(v, -limit, limit), inputs.dtype) for v in (mean, variance)
+            )
+        return mean, variance

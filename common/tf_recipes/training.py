@@ -192,9 +192,18 @@ class Trainer:
                 f"--loss-scale-initial {config.loss_scale_initial:g} {why}; add --amp float16 (a "
                 "bare --amp is float16 only on a GPU) or leave --loss-scale-initial out"
             )
+        synchronized = any(getattr(layer, "synchronized", False) for layer in model._flatten_layers())
+        if (
+            config.xla and plan.replicas > 1 and synchronized
+        ):  # its all-reduce cannot run inside XLA's cluster
+            raise UserError(
+                "--xla compiles each replica's step on its own, and this model's synchronized batch "
+                "norm adds up every replica's statistics inside it; leave --xla out, or choose "
+                "another normalisation"
+            )
         folder, identity = self.results_dir, self.run_identity()
         self.checkpoints = Checkpoints(
-            launcher, folder, config.resume, identity, plan.total_steps, self.exports
+            launcher, folder, config.resume, identity, plan.total_steps, self.exports, config.keep_checkpoints
         )
         self.eval_interval = evaluating.eval_interval(
             config.eval_every, plan.total_steps, plan.steps_per_epoch
@@ -345,16 +354,18 @@ class Trainer:
         every = (config.log_every, checkpoint_every, *([eval_every] if eval_every else []))
         self.step_times = []
         inputs = [iter(dataset)]  # the iterator's only reference: release_in_background drops it
-        step = self.start_step
-        last = time.perf_counter()
+        step, minutes = self.start_step, config.checkpoint_minutes
+        last = saved = time.perf_counter()
         while step < self.total_steps:
             first = step + 1
             step = loop_end(step, self.total_steps, config.steps_per_loop, every, config.profile or ())
             self.report.profile(first, before=True)
-            outputs = self._run_steps(train_loop, inputs[0], first, step, explain_input_error)
+            due = bool(minutes) and time.perf_counter() - saved >= 60 * minutes  # --checkpoint-minutes
+            outputs = self._run_steps(train_loop, inputs[0], first, step, explain_input_error, due)
             now = time.perf_counter()
             self.step_times += [(now - last) / (step - first + 1)] * (step - first + 1)
-            stop = outputs.pop("stop") > 0  # Distributed: a stop on any process stops every process
+            # Distributed: a stop, or a checkpoint due by one process's clock, on every process
+            stop, due = outputs.pop("stop") > 0
             loss = float(outputs.pop("loss"))
             if not math.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss} at step {step}; lower --lr or check the data")
@@ -366,8 +377,9 @@ class Trainer:
             reached = (
                 eval_every and step % eval_every == 0 and step < self.total_steps and self._eval_point(step)
             )
-            if step % checkpoint_every == 0 or step == self.total_steps or stop or reached:
+            if step % checkpoint_every == 0 or step == self.total_steps or stop or reached or due:
                 self._save_checkpoint(step)
+                saved = time.perf_counter()
             if reached:  # every process evaluated the same sums, so all of them stop here
                 self.total_steps = step
                 break
@@ -378,9 +390,10 @@ class Trainer:
         self.report.flush()
         self._check_replicas_agree()
 
-    def _run_steps(self, train_loop, iterator, first: int, last: int, explain_input_error) -> dict:
-        """Steps `first`..`last` in one call; the last one's outputs summed over replicas, as float64."""
-        stop = tf.constant(1.0 if self.stop_flag.signal_name else 0.0)
+    def _run_steps(self, train_loop, iterator, first: int, last: int, explain_input_error, due=False) -> dict:
+        """Steps `first`..`last` in one call; the last one's outputs summed over replicas, as float64. Its
+        "stop" holds this process's two flags, summed: a stop was asked for, a checkpoint is `due`."""
+        stop = tf.constant([1.0 if self.stop_flag.signal_name else 0.0, 1.0 if due else 0.0])
         try:
             outputs = train_loop(iterator, tf.constant(last - first + 1), stop)
             return {key: np.asarray(value.numpy(), np.float64) for key, value in outputs.items()}

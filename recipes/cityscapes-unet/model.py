@@ -7,15 +7,17 @@ import tensorflow as tf
 
 from encoders import build_resnet50_unet
 from labels import IGNORE
+from tf_recipes.launchers import SyncBatchNormalization
 
 
 # Normalisation after each convolution (each preset chooses one: --preset tiny none, cpu group, full
 # batch). "none" has none: every output pixel depends only on the pixels around it, the same in training
 # and inference, on a crop as on the whole image, in a batch of any size and on any number of replicas.
-# "batch" normalises over the replica's batch in training and uses moving statistics in inference, which
-# did not match at 2 images per replica on real images; "group" normalises each image over its whole
-# extent, so a model trained on crops sees other statistics on whole images (it suits training on whole
-# images, e.g. --preset cpu).
+# "batch" normalises over the global batch in training, its statistics summed over every replica as the
+# field's SyncBN does (tf_recipes.launchers.SyncBatchNormalization, under every launcher), and uses moving
+# statistics in inference; over one replica's 2 images they did not match on real images. "group"
+# normalises each image over its whole extent, so a model trained on crops sees other statistics on whole
+# images (it suits training on whole images, e.g. --preset cpu).
 NORMALIZATIONS = ("none", "group", "batch")
 GROUPS = 8  # at most: fewer when a level's channels are not a multiple of 8
 
@@ -24,7 +26,7 @@ def normalization_layer(kind, channels, name, i):
     if kind == "group":
         return keras.layers.GroupNormalization(groups=math.gcd(channels, GROUPS), name=f"{name}_gn{i}")
     if kind == "batch":
-        return keras.layers.BatchNormalization(name=f"{name}_bn{i}")
+        return SyncBatchNormalization(name=f"{name}_bn{i}")  # Distributed: statistics of the global batch
     return None
 
 

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 
 from tf_recipes import cli
-from tf_recipes.config import RunConfig, flag, positive_int, rate
+from tf_recipes.config import RunConfig, flag, non_negative_int, positive_int, rate
 from tf_recipes.data import DataError
 
 RECIPE = "cityscapes-unet"
@@ -93,8 +93,14 @@ class Config(RunConfig):
                                        f"them), a file of ResNet50's weights ({IMAGENET_FILE}, for a machine that "
                                        "cannot download), or none: from scratch (--benchmark starts from scratch)",
                                        type=encoder_weights)
-    iterations: int | None = flag(RECIPE, 80_000, "train this many global steps, the rate's schedule spanning "
-                                  "them (the presets without it count --epochs)", type=positive_int)
+    iterations: int | None = flag(RECIPE, 80_000, "train this many global steps of --reference-batch, the "
+                                  "rate's schedule spanning them (the presets without it count --epochs)",
+                                  type=positive_int)
+    reference_batch: int = flag(RECIPE, 16, "the global batch that --iterations, --lr, --lr-warmup-steps and "
+                                "--checkpoint-every are given at; a launch of another global batch G trains the "
+                                "same samples: the iterations, the warm-up and the checkpoints' interval times N/G, "
+                                "the rate times G/N (linear scaling); 0: as given, at any global batch",
+                                type=non_negative_int, metavar="N")
     filters: int = flag(RECIPE, 32, "filters of the first level (doubles per level)", type=positive_int)
     depth: int = flag(RECIPE, 5, "down-sampling levels", type=positive_int)
     dropout: float = flag(RECIPE, 0.0, "dropout after every conv block", type=rate)
@@ -134,7 +140,9 @@ class Config(RunConfig):
 # rate after a warm-up. Batch norm in the decoder computes the same on a crop as on a whole scene in inference;
 # the encoder's pretrained statistics stay frozen. A full-resolution step takes far longer than the host's
 # ~0.5 ms per call: one step per call keeps a stop signal answered within one step.
-FULL = Config(batch_size=2, lr=1e-4, lr_schedule="cosine", lr_warmup_steps=1000, steps_per_loop=1)
+# A checkpoint every 8,000 iterations (10 over the run) and every 30 minutes, the newest 2 kept.
+FULL = Config(batch_size=2, lr=1e-4, lr_schedule="cosine", lr_warmup_steps=1000, steps_per_loop=1,
+              checkpoint_every=8000, checkpoint_minutes=30.0)
 PRESETS = {
     "full": FULL,
     # Whole scenes about 128 rows high (1/8 of Cityscapes' 1024x2048: 128x256), kept decoded in memory: 600
@@ -142,10 +150,12 @@ PRESETS = {
     # (the README's Results and Model and training say what each choice measured).
     "cpu": dataclasses.replace(FULL, preset="cpu", model="unet", encoder_weights=None, crop=None, downscale=AUTO,
                                scale=(1.0, 1.0), cache=True, norm="group", filters=16, depth=4, batch_size=8,
-                               iterations=None, epochs=60, lr=2e-3, lr_warmup_steps=20),
+                               iterations=None, epochs=60, lr=2e-3, lr_warmup_steps=20,
+                               checkpoint_every=0, checkpoint_minutes=None),
     "tiny": dataclasses.replace(FULL, preset="tiny", model="unet", encoder_weights=None, crop=(64, 128),
                                 scale=(0.75, 1.25), norm="none", filters=8, depth=2, iterations=None, epochs=50,
-                                lr=1e-3, lr_schedule="constant", lr_warmup_steps=100),
+                                lr=1e-3, lr_schedule="constant", lr_warmup_steps=100, checkpoint_every=0,
+                                checkpoint_minutes=None),
 }
 # What a preset sets: these flags' values, when given, override the preset's
 PRESET_FIELDS = sorted({name for preset in PRESETS.values() for name, value in vars(preset).items()
@@ -197,8 +207,9 @@ def downscale_for(size, depth: int) -> int:
 def resolve(config: Config, size, num_examples: int, replicas: int, synthetic: bool = False) -> Config:
     """The run's configuration for scenes of `size` (HEIGHTxWIDTH as prepared), `num_examples` of them, on
     `replicas` replicas: --downscale auto as its number, the size the model sees val images at, and
-    --iterations (the full preset's schedule, in iterations as published recipes give it) as --max-steps at
-    them and the epochs that hold them, which the rate's schedule spans. One line when the sizes do not fit."""
+    --iterations (the full preset's schedule, in iterations as published recipes give it) for this launch's
+    global batch, by the rule of --reference-batch, as --max-steps at them and the epochs that hold them,
+    which the rate's schedule spans. One line when the sizes do not fit."""
     factor = downscale_for(size, config.depth) if config.downscale == AUTO else config.downscale
     changes = {"downscale": factor}
     if not synthetic:
@@ -214,9 +225,14 @@ def resolve(config: Config, size, num_examples: int, replicas: int, synthetic: b
                             f"{config.depth} needs sides that are multiples of {2 ** config.depth}: prepare them "
                             "with --size HxW, or pass --eval-size and --crop")
     if config.iterations:
-        steps_per_epoch = max(1, num_examples // (config.batch_size * replicas))
-        changes.update(epochs=-(-config.iterations // steps_per_epoch),
-                       max_steps=min(config.max_steps or config.iterations, config.iterations))
+        global_batch, reference = config.batch_size * replicas, config.reference_batch or None
+        scale = global_batch / (reference or global_batch)  # the same samples at any global batch
+        iterations = max(1, round(config.iterations / scale))
+        steps_per_epoch = max(1, num_examples // global_batch)
+        changes.update(iterations=iterations, lr=config.lr * scale, epochs=-(-iterations // steps_per_epoch),
+                       lr_warmup_steps=round(config.lr_warmup_steps / scale),
+                       checkpoint_every=round(config.checkpoint_every / scale),
+                       max_steps=min(config.max_steps or iterations, iterations))
     return dataclasses.replace(config, **changes)
 
 
@@ -234,6 +250,19 @@ import layout  # noqa: E402
 from labels import cityscapes_views  # noqa: E402
 import model as model_lib  # noqa: E402
 from model import at_truth_size, confusion_sums, cross_entropy_dice, summarize, truth_sums  # noqa: E402
+
+
+def schedule_line(asked: Config, resolved: Config, plan) -> str:
+    """What the run will train, said in its first lines: iterations, samples, epochs and rate (`plan`: the
+    resolved configuration's), and how a launch of another global batch than --reference-batch changed them."""
+    samples = plan.total_steps * plan.global_batch
+    line = (f"schedule: {plan.total_steps:,} iterations of global batch {plan.global_batch}: {samples:,} samples, "
+            f"{samples / plan.num_examples:.1f} epochs of {plan.num_examples:,} examples; rate {resolved.lr:g} "
+            f"({resolved.lr_schedule}, {resolved.lr_warmup_steps:,} warm-up iterations)")
+    if asked.iterations and resolved.iterations != asked.iterations:
+        line += (f"; {asked.iterations:,} iterations at rate {asked.lr:g} are given at global batch "
+                 f"{asked.reference_batch} (--reference-batch): the same samples, the rate scaled linearly")
+    return line
 
 
 # ## Data
@@ -365,8 +394,9 @@ def main(config: Config):
     num_examples, view, prepared = describe_data(config, launcher)
     class_names, task = view["names"], task_for(view)
     # The plan: what the data and the launch decide (--downscale auto, the val size, --iterations as steps)
-    config = resolve(config, prepared, num_examples, launcher.num_replicas, synthetic)
+    asked, config = config, resolve(config, prepared, num_examples, launcher.num_replicas, synthetic)
     plan = config.plan(num_examples, launcher.num_replicas)
+    training.log(launcher, schedule_line(asked, config, plan))
     seen = (prepared[0] // config.downscale, prepared[1] // config.downscale)
     size = (config.crop or seen) if synthetic else prepared  # what a generated batch holds; what is scored
     with launcher.scope():  # Distributed: model and optimizer variables on every replica

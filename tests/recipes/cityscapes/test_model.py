@@ -58,7 +58,8 @@ def test_default_prediction_depends_on_neither_the_batch_the_mode_nor_the_extent
 
 def test_batch_and_group_norm_are_there_and_each_fails_one_check():
     batch_norm, group_norm, batch = tiny("batch"), tiny("group"), images(4)
-    assert any(type(layer).__name__ == "BatchNormalization" for layer in batch_norm.layers)
+    # batch norm over the global batch: synchronized over the replicas (tests/integration/test_sync_batch_norm.py)
+    assert any(type(layer).__name__ == "SyncBatchNormalization" and layer.synchronized for layer in batch_norm.layers)
     assert batch_effect(batch_norm, batch) > 1e-3
     assert batch_effect(group_norm, batch) < 1e-5
     assert extent_effect(group_norm, batch[:1]) > 1e-3
@@ -89,6 +90,18 @@ def test_presets_set_what_a_step_sees_and_the_rate_and_flags_override_them():
     assert (planned.epochs, planned.max_steps, planned.downscale, planned.eval_size) == (433, 80_000, 1, (1024, 2048))
     assert planned.plan(2975, 8).total_steps == 80_000 and full.max_steps is None  # resolved anew, never in place
     assert train.resolve(cpu, (1024, 2048), 80, 1).downscale == 8
+    # Another global batch than the 16 the preset is given at trains the same samples, the rate scaled linearly
+    doubled = train.resolve(full, (1024, 2048), 2975, 16)
+    assert (doubled.iterations, doubled.max_steps, doubled.lr_warmup_steps) == (40_000, 40_000, 500)
+    assert doubled.lr == pytest.approx(2e-4) and doubled.plan(2975, 16).global_batch * 40_000 == 16 * 80_000
+    one_gpu = train.resolve(full, (1024, 2048), 2975, 1)
+    assert (one_gpu.iterations, one_gpu.lr) == (640_000, pytest.approx(1.25e-5))
+    line = train.schedule_line(full, doubled, doubled.plan(2975, 16))
+    assert line.startswith("schedule: 40,000 iterations of global batch 32: 1,280,000 samples, 430.3 epochs")
+    assert "given at global batch 16 (--reference-batch)" in line
+    as_given = train.resolve(train.parse_args(["--reference-batch", "0"]), (1024, 2048), 2975, 16)
+    assert (as_given.iterations, as_given.lr) == (80_000, 1e-4)
+    assert "--reference-batch" not in train.schedule_line(full, planned, planned.plan(2975, 8))
     assert train.parse_args(["--epochs", "3"]).iterations is None  # --epochs given: the epochs count
     assert train.parse_args(["--encoder-weights", "none"]).encoder_weights is None
     overridden = train.parse_args(["--preset", "cpu", "--epochs", "3", "--lr-schedule", "constant",

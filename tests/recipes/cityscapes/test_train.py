@@ -59,6 +59,9 @@ def check_segmentation_export(tmp_path):
     (["--data-dir", "/nonexistent"], "prepare_data.py"),
     (["--crop", "100x200", "--benchmark"], "multiples of 32"),  # the full preset's ResNet50 halves 5 times
     (["--encoder-weights", "/nonexistent/resnet50.h5"], "is neither imagenet, none nor a file of ResNet50's"),
+    # synchronized batch norm all-reduces inside the step that XLA would compile per replica
+    (["--preset", "tiny", "--norm", "batch", "--synthetic", "--xla", "--launcher", "mirrored", "--cpu-replicas", "2"],
+     "--xla compiles each replica's step on its own"),
 ])
 def test_bad_input_is_named(args, message):
     process = run_python(f"{RECIPE}/train.py", "--max-steps", "1", *args)

@@ -135,3 +135,16 @@ def test_a_target_on_an_unknown_metric_is_one_line(tmp_path):
     assert process.returncode == 2 and "Traceback" not in process.stderr
     assert "--target: 'mean_iou=0.5': the metric must be one of accuracy, loss" in process.stderr
     assert not pathlib.Path(tmp_path, "results.json").exists()
+
+
+def test_checkpoints_by_minutes_keep_the_newest_few(tmp_path):
+    # Every 4 steps, and whenever 1e-9 minutes (60 ns) have passed since the last checkpoint: after every call
+    # of one step. Of those, the newest 3 are kept; by steps alone there would be 4 and 8.
+    run = run_python(*SYNTHETIC, "--max-steps", "8", "--checkpoint-every", "4", "--checkpoint-minutes", "1e-9",
+                     "--steps-per-loop", "1", "--keep-checkpoints", "3", "--no-export", "--results-dir", str(tmp_path))
+    assert_ok(run)
+    kept = sorted(int(path.name[5:-6]) for path in (tmp_path / "checkpoints").glob("ckpt-*.index"))
+    assert kept == [6, 7, 8]
+    resumed = run_python(*SYNTHETIC, "--max-steps", "8", "--resume", "--no-export", "--results-dir", str(tmp_path))
+    assert_ok(resumed)
+    assert "already finished" in resumed.stdout
