@@ -366,6 +366,12 @@ class Plan:
     total_steps: int
 
 
+def recipe_default(name: str, value):
+    """RunConfig's field `name` (its group, type and help) with a recipe's own default `value`, for a recipe's
+    subclass: `batch_size: int = recipe_default("batch_size", 128)`."""
+    return dataclasses.field(default=value, metadata=RunConfig.__dataclass_fields__[name].metadata)
+
+
 def config_yaml(recipe: str, flags: dict) -> str:
     """RESULTS/config.yaml: `flags` ({name: number, text, boolean or null}), one per line, under a header
     that says how to run them again."""

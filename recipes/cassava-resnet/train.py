@@ -22,7 +22,8 @@ import warnings
 from dataclasses import dataclass
 
 from tf_recipes import cli, user_paths
-from tf_recipes.config import RunConfig, data_format_flag, flag, positive_int, rate, val_fraction_flag
+from tf_recipes.config import RunConfig, data_format_flag, flag, positive_int, rate, recipe_default
+from tf_recipes.config import val_fraction_flag
 
 RECIPE = "cassava-resnet"
 
@@ -33,6 +34,11 @@ RECIPE = "cassava-resnet"
 
 @dataclass(frozen=True)
 class Config(RunConfig):
+    # The seed tutorial's 15 epochs of Adam at 1e-4. A fine-tuning recipe meant for several GPUs: the rate
+    # grows with the global batch (with warm-up) unless --no-scale-lr.
+    epochs: int = recipe_default("epochs", 15)
+    lr: float = recipe_default("lr", 1e-4)
+    scale_lr: bool = recipe_default("scale_lr", True)
     bn_momentum: float = flag(RECIPE, 0.99, "batch normalization's moving-average momentum: "
                               "ResNet50's 0.99 suits fine-tuning; its statistics take hundreds of steps to follow "
                               "weights trained from scratch, for which a short run wants 0.9", type=rate)
@@ -52,10 +58,7 @@ class Config(RunConfig):
 
 
 def parse_args(argv=None) -> Config:
-    # A fine-tuning recipe meant for several GPUs: the learning rate grows with the global batch
-    # (with warm-up) unless --no-scale-lr.
-    parser = cli.training_parser(__doc__.split("\n")[0], config=Config, batch_size=32, epochs=15, lr=1e-4,
-                                 scale_lr=True)
+    parser = cli.training_parser(__doc__.split("\n")[0], config=Config)
     config = cli.configuration(parser.parse_args(argv), Config)
     if config.image_size < 32:
         parser.error(f"--image-size {config.image_size} is below ResNet50's minimum of 32")

@@ -77,3 +77,17 @@ def test_a_missing_configuration_file_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         recipe_parser("mnist-cnn")(["--config", str(tmp_path / "nowhere.yaml")])
     assert_one_error_line(capsys.readouterr().err, f"--config {tmp_path / 'nowhere.yaml'}", "cannot be read")
+
+
+@pytest.mark.parametrize("recipe", ["mnist-cnn", "cassava-resnet", "cityscapes-unet"])
+def test_a_recipe_s_configuration_in_python_is_its_command_line_without_flags(recipe):
+    # One place for each default: train.Config() (cityscapes-unet: its full preset) is what train.py runs bare
+    import dataclasses
+
+    from helpers import recipe_module
+
+    train = recipe_module(recipe, "train")
+    argv = [] if recipe == "cityscapes-unet" else ["--synthetic"]
+    parsed = dataclasses.replace(train.parse_args(argv), flags=None)
+    made = train.FULL if recipe == "cityscapes-unet" else train.Config(synthetic=True)
+    assert parsed == made
