@@ -193,9 +193,9 @@ class Trainer:
                 "bare --amp is float16 only on a GPU) or leave --loss-scale-initial out"
             )
         synchronized = any(getattr(layer, "synchronized", False) for layer in model._flatten_layers())
-        if (
-            config.xla and plan.replicas > 1 and synchronized
-        ):  # its all-reduce cannot run inside XLA's cluster
+        # A collective inside the forward pass (synchronized batch norm), which XLA's cluster cannot hold
+        self._synchronized = synchronized and plan.replicas > 1
+        if config.xla and self._synchronized:
             raise UserError(
                 "--xla compiles each replica's step on its own, and this model's synchronized batch "
                 "norm adds up every replica's statistics inside it; leave --xla out, or choose "
@@ -271,8 +271,9 @@ class Trainer:
         variables = model.trainable_variables
         global_batch = float(self.plan.global_batch)
 
-        # XLA compiles one replica's forward and backward pass; the collectives stay outside it.
-        @tf.function(jit_compile=True if self.config.xla else None)
+        # XLA compiles one replica's forward and backward pass; the collectives stay outside it. A forward
+        # pass that all-reduces (synchronized batch norm) is traced into the step itself: the strategies
+        # refuse a collective inside a nested tf.function (merge_call)
         def forward_backward(x, y):
             with tf.GradientTape() as tape:
                 y_pred = model(x, training=True)
@@ -283,6 +284,9 @@ class Trainer:
             sums = {k: tf.cast(v, tf.float32) for k, v in task.metric_sums(y, y_pred).items()}
             sums["examples"] = tf.cast(tf.shape(y)[0], tf.float32)
             return loss, gradients, sums
+
+        if not self._synchronized:
+            forward_backward = tf.function(forward_backward, jit_compile=True if self.config.xla else None)
 
         drifting = desync.replica_state(model)[1]
         # float16 skips a step whose gradients overflowed. Horovod's ranks see the summed gradients; under
