@@ -4,6 +4,7 @@ output and its gradient are those of one device normalising the whole global bat
 each replica alone, is the negative control that the same comparison must catch."""
 import json
 import os
+import re
 import pathlib
 import shutil
 import sys
@@ -68,7 +69,8 @@ for kind, make in (("sync", SyncBatchNormalization), ("plain", keras.layers.Batc
 def distances(output: str) -> dict:
     """{(kind, replica): {"output", "gradient"}} of the script's lines (horovodrun prefixes them with
     [RANK]<stdout>:)."""
-    rows = [json.loads(line[line.index("{"):]) for line in output.splitlines() if '{"kind"' in line]
+    # the two ranks' lines may interleave in horovodrun's output: each record is read on its own
+    rows = [json.loads(record) for record in re.findall(r'\{"kind"[^{}]*\}', output)]
     return {(row["kind"], row["replica"]): row for row in rows}
 
 
