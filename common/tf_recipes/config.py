@@ -90,6 +90,7 @@ def _real(accept, rule: str):
 positive_int = _whole(1, "must be at least 1")
 non_negative_int = _whole(0, "must not be negative")
 positive_float = _real(lambda value: value > 0, "a finite number greater than 0")
+non_negative_float = _real(lambda value: value >= 0, "a finite number, 0 or more")
 # 0 < F < 1: a share of the examples (such as --val-fraction)
 fraction = _real(lambda value: 0 < value < 1, "a fraction between 0 and 1 (both excluded), e.g. 0.2")
 # 0 <= R < 1: a probability that may be zero but never drops everything (such as a dropout rate)
@@ -245,9 +246,11 @@ class RunConfig:
         "constant: the rate (ramped up to the scaled rate under --scale-lr); "
         "cosine: from 0 up to the rate over --lr-warmup-steps, then down to 0 along a half "
         "cosine at the end of the last epoch (--max-steps and --target end a run sooner, "
-        "on the same schedule)",
-        choices=("constant", "cosine"),
+        "on the same schedule); poly: from the rate down to --lr-end as (1 - step/steps)^0.9, "
+        "as segmentation trains (DeepLab, mmsegmentation), after --lr-warmup-steps up to it",
+        choices=("constant", "cosine", "poly"),
     )
+    lr_end: float = _training(0.0, "poly: the rate at the last step", type=non_negative_float)
     lr_warmup_steps: int = _training(
         100,
         "steps over which the rate ramps up: to the scaled rate (--scale-lr), "

@@ -204,6 +204,8 @@ def export_model(launcher, results_dir, model, spec: ExportSpec, recipe: str) ->
     if launcher.is_chief:  # Distributed: only the chief writes the export
         plain = spec.build()
         plain.set_weights([keras.ops.convert_to_numpy(w) for w in model.weights])
+        if len(plain.outputs) > 1:  # auxiliary heads serve training only: the export answers with the first
+            plain = keras.Model(plain.inputs, plain.outputs[0], name=plain.name)
         # A full or read-only disk: one line; publish leaves nothing half-written and the versions before
         # intact
         base = os.path.join(results_dir, EXPORT_DIR)

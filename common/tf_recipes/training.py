@@ -112,13 +112,42 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+class WarmupPolySchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """--lr-schedule poly: (peak - end) (1 - step/total_steps)^0.9 + end, as mmsegmentation's and DeepLab's
+    "poly" policy; over the first `warmup_steps`, that rate times (step + 1)/warmup_steps."""
+
+    def __init__(self, peak_rate: float, end_rate: float, warmup_steps: int, total_steps: int):
+        self.peak_rate, self.end_rate = peak_rate, end_rate
+        self.warmup_steps, self.total_steps = warmup_steps, total_steps
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        progress = tf.clip_by_value(step / max(self.total_steps, 1), 0.0, 1.0)
+        rate = (self.peak_rate - self.end_rate) * (1.0 - progress) ** POLY_POWER + self.end_rate
+        return rate * tf.minimum((step + 1.0) / max(self.warmup_steps, 1), 1.0)
+
+    def get_config(self):
+        return {
+            "peak_rate": self.peak_rate,
+            "end_rate": self.end_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+        }
+
+
+POLY_POWER = 0.9  # every published poly schedule of segmentation uses this power
+
+
 def learning_rate(config: RunConfig, plan: Plan):
     """The optimizer's rate (--lr-schedule): --lr, a WarmupSchedule up to it times the replicas (--scale-lr),
-    or a WarmupCosineSchedule over the plan's steps to that peak (cosine)."""
+    or a WarmupCosineSchedule (cosine) or WarmupPolySchedule (poly) over the plan's steps to that peak."""
     # Distributed: learning rate scaled by replicas
     scale = float(plan.replicas) if config.scale_lr else 1.0
     if config.lr_schedule == "cosine":
         return WarmupCosineSchedule(config.lr * scale, config.lr_warmup_steps, plan.planned_steps)
+    if config.lr_schedule == "poly":
+        peak = config.lr * scale
+        return WarmupPolySchedule(peak, config.lr_end * scale, config.lr_warmup_steps, plan.planned_steps)
     if scale == 1.0:
         return config.lr
     return WarmupSchedule(config.lr, scale, config.lr_warmup_steps)

@@ -10,7 +10,8 @@ the input pipelines before anything is read, so each pipeline reads and decodes 
 and the replicas of step i together always hold global batch i, whatever the launcher.
 
 Augmentation (random scale, crop, horizontal flip; the same for image and categories, categories
-resized with nearest neighbour) draws from stateless random ops keyed on (seed, position of the
+resized with nearest neighbour; optionally mmsegmentation's class ratio rule for crops and its photometric
+distortion of the image) draws from stateless random ops keyed on (seed, position of the
 example in the global stream). An example therefore gets the same augmentation on one pipeline or
 on eight, and a run resumed at start_step sees exactly what an uninterrupted run would have seen.
 
@@ -247,13 +248,92 @@ def working_factor(downscale: int, scale_range) -> float:
     return min(1.0, scale_range[1] / downscale)
 
 
-def _augment(image, truth, position, seed: int, out_size, scale_range):
-    """Random scale, crop and flip, identical for image and truth, keyed on (seed, position).
-    `scale_range` is relative to the image as given."""
+CROP_TRIES = 10  # mmsegmentation's RandomCrop: a crop is checked at most 10 times, the 11th taken as drawn
+
+
+def _acceptable_crop(truth, cat_max_ratio: float):
+    """mmsegmentation's cat_max_ratio rule: the crop holds two classes or more and none covers `cat_max_ratio`
+    of its labelled pixels (IGNORE left out)."""
+    counts = tf.math.bincount(tf.reshape(tf.cast(truth, tf.int32), [-1]), minlength=256, maxlength=256)
+    counts = tf.concat([counts[:IGNORE], counts[IGNORE + 1:]], 0)
+    ratio = tf.cast(tf.reduce_max(counts), tf.float32) / tf.cast(tf.maximum(tf.reduce_sum(counts), 1), tf.float32)
+    return tf.logical_and(tf.math.count_nonzero(counts) > 1, ratio < cat_max_ratio)
+
+
+def _crop_offsets(truth, window, limits, keys, redraw_key, cat_max_ratio: float):
+    """(y, x) of a `window` in `truth`, drawn uniformly below `limits` from `keys`; with cat_max_ratio < 1,
+    drawn again (from `redraw_key`) while the window fails _acceptable_crop, CROP_TRIES times at most. The
+    rule is checked on the window before the zoom's resize, whose nearest-neighbour labels hold the same
+    shares up to rounding."""
+    def draw(y_key, x_key):
+        return (tf.random.stateless_uniform([], y_key, 0, limits[0], tf.int32),
+                tf.random.stateless_uniform([], x_key, 0, limits[1], tf.int32))
+
+    y, x = draw(*keys)
+    if cat_max_ratio >= 1.0:
+        return y, x
+
+    def failing(tries, y, x):
+        return tf.logical_and(tries < CROP_TRIES, tf.logical_not(
+            _acceptable_crop(truth[y:y + window[0], x:x + window[1]], cat_max_ratio)))
+
+    def again(tries, y, x):
+        keys = tf.unstack(tf.random.experimental.stateless_split(
+            tf.random.experimental.stateless_fold_in(redraw_key, tries), 2))
+        return (tries + 1, *draw(*keys))
+
+    _, y, x = tf.while_loop(failing, again, (tf.constant(0), y, x))
+    return y, x
+
+
+def _photometric(image, key):
+    """mmsegmentation's PhotoMetricDistortion on a uint8 RGB image, each step with probability 0.5: brightness
+    + U[-32, 32]; contrast x U[0.5, 1.5], before the HSV steps or after them (even odds); saturation x U[0.5,
+    1.5]; hue + k/180 of the circle, k of -18..17 (OpenCV's 8-bit hue counts 180 steps). Each step clips to
+    0..255 and truncates to whole values, as its uint8 conversions; the HSV steps work in floating point."""
+    keys = tf.unstack(tf.random.experimental.stateless_split(key, 10))
+
+    def when(step_key, apply, x):
+        return tf.cond(tf.random.stateless_uniform([], step_key) < 0.5, lambda: apply(x), lambda: x)
+
+    def scaled(x, alpha, beta=0.0):
+        return tf.floor(tf.clip_by_value(x * alpha + beta, 0.0, 255.0))
+
+    def in_hsv(x, change):
+        return tf.floor(tf.clip_by_value(tf.image.hsv_to_rgb(change(tf.image.rgb_to_hsv(x / 255.0))) * 255.0,
+                                         0.0, 255.0))
+
+    def saturation(hsv, alpha):
+        return tf.stack([hsv[..., 0], tf.clip_by_value(hsv[..., 1] * alpha, 0.0, 1.0), hsv[..., 2]], -1)
+
+    def hue(hsv, steps):
+        return tf.stack([tf.math.floormod(hsv[..., 0] + tf.cast(steps, tf.float32) / 180.0, 1.0),
+                         hsv[..., 1], hsv[..., 2]], -1)
+
+    def contrast(x):
+        return scaled(x, tf.random.stateless_uniform([], keys[1], 0.5, 1.5))
+
+    x = tf.cast(image, tf.float32)
+    x = when(keys[0], lambda x: scaled(x, 1.0, tf.random.stateless_uniform([], keys[2], -32.0, 32.0)), x)
+    contrast_first = tf.random.stateless_uniform([], keys[3]) < 0.5
+    x = tf.cond(contrast_first, lambda: when(keys[4], contrast, x), lambda: x)
+    alpha = tf.random.stateless_uniform([], keys[5], 0.5, 1.5)
+    x = when(keys[6], lambda x: in_hsv(x, lambda hsv: saturation(hsv, alpha)), x)
+    steps = tf.random.stateless_uniform([], keys[7], -18, 18, tf.int32)
+    x = when(keys[8], lambda x: in_hsv(x, lambda hsv: hue(hsv, steps)), x)
+    x = tf.cond(contrast_first, lambda: x, lambda: when(keys[9], contrast, x))
+    return tf.cast(x, tf.uint8)
+
+
+def _augment(image, truth, position, seed: int, out_size, scale_range, cat_max_ratio=1.0, photometric=False):
+    """Random scale, crop (mmsegmentation's class ratio rule under `cat_max_ratio` < 1) and flip, identical for
+    image and truth, then (`photometric`) _photometric on the image; keyed on (seed, position). `scale_range`
+    is relative to the image as given."""
     out_h, out_w = out_size
     height, width = image.shape[0], image.shape[1]
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(position, tf.int64)])
     scale_key, y_key, x_key, flip_key = tf.unstack(tf.random.experimental.stateless_split(key, 4))
+    redraw_key, colour_key = (tf.random.experimental.stateless_fold_in(key, i) for i in (1, 2))
     if scale_range != (1.0, 1.0):
         # Crop the window that becomes the output, then resize only that: far cheaper than
         # resizing the whole 1024x2048 image first. A window larger than the image (zooming out)
@@ -264,21 +344,23 @@ def _augment(image, truth, position, seed: int, out_size, scale_range):
         pad_h, pad_w = tf.maximum(window_h - height, 0), tf.maximum(window_w - width, 0)
         image = tf.pad(image, [[0, pad_h], [0, pad_w], [0, 0]])
         truth = tf.pad(truth, [[0, pad_h], [0, pad_w]], constant_values=IGNORE)
-        y = tf.random.stateless_uniform([], y_key, 0, height + pad_h - window_h + 1, tf.int32)
-        x = tf.random.stateless_uniform([], x_key, 0, width + pad_w - window_w + 1, tf.int32)
+        limits = (height + pad_h - window_h + 1, width + pad_w - window_w + 1)
+        y, x = _crop_offsets(truth, (window_h, window_w), limits, (y_key, x_key), redraw_key, cat_max_ratio)
         image = tf.image.resize(image[y:y + window_h, x:x + window_w], out_size)
         image = tf.saturate_cast(tf.round(image), tf.uint8)
         truth = tf.image.resize(truth[y:y + window_h, x:x + window_w, None], out_size,
                                      method="nearest")[..., 0]
     elif out_size != (height, width):
-        y = tf.random.stateless_uniform([], y_key, 0, height - out_h + 1, tf.int32)
-        x = tf.random.stateless_uniform([], x_key, 0, width - out_w + 1, tf.int32)
+        limits = (height - out_h + 1, width - out_w + 1)
+        y, x = _crop_offsets(truth, out_size, limits, (y_key, x_key), redraw_key, cat_max_ratio)
         image = tf.slice(image, [y, x, 0], [out_h, out_w, 3])
         truth = tf.slice(truth, [y, x], [out_h, out_w])
     # tf.reverse, not image[:, ::-1]: a negative-stride slice was 2x slower at full size.
     flip = tf.random.stateless_uniform([], flip_key) < 0.5
     image, truth = tf.cond(flip, lambda: (tf.reverse(image, [1]), tf.reverse(truth, [1])),
                                 lambda: (image, truth))
+    if photometric:
+        image = _photometric(tf.ensure_shape(image, [out_h, out_w, 3]), colour_key)
     return tf.ensure_shape(image, [out_h, out_w, 3]), tf.ensure_shape(truth, [out_h, out_w])
 
 
@@ -369,7 +451,8 @@ def _output_size(data_dir, height: int, width: int, downscale: int, crop) -> tup
 
 def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int, start_step: int = 0,
                        crop=None, scale=1.0, augment: bool = True, cache: bool = False,
-                       shard_late: bool = False, downscale: int = 1, classes: str | None = None) -> tf.data.Dataset:
+                       shard_late: bool = False, downscale: int = 1, classes: str | None = None,
+                       cat_max_ratio: float = 1.0, photometric: bool = False) -> tf.data.Dataset:
     """Batches of (image float32 [b,H,W,3] in 0..255, truth int32 [b,H,W]: the view `classes`'s indices, or
     IGNORE), b = per-replica batch.
 
@@ -377,7 +460,9 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     steps [start_step, total_steps). downscale=N: the model sees the scenes at 1/N of their prepared
     resolution (each decoded example shrunk once, antialiased); crop=(H, W) sets the output size
     (default: the whole image at that resolution); scale is a zoom factor or a (min, max) range drawn
-    per example, relative to that resolution. augment=False gives a centre crop, no scale, no flip.
+    per example, relative to that resolution; cat_max_ratio < 1 redraws a crop as mmsegmentation's
+    RandomCrop does, photometric=True adds its PhotoMetricDistortion (_augment). augment=False gives a centre
+    crop, no scale, no flip, no colour change.
     cache=True keeps this pipeline's examples in memory, decoded and shrunk (refused if they do not
     fit). shard_late=True reproduces the slow variant: every pipeline reads and decodes the whole
     stream and keeps its own slices of every global batch; same output, more work.
@@ -414,7 +499,7 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
 
     if augment:
         def transform(image, truth, position):
-            return _augment(image, truth, position, seed, out_size, scale_range)
+            return _augment(image, truth, position, seed, out_size, scale_range, cat_max_ratio, photometric)
     else:
         def transform(image, truth, position):
             return _centre_crop(image, truth, out_size)

@@ -1,4 +1,6 @@
-"""The UNet, its loss (cross-entropy + Dice) and its metric: class and category IoU, as Cityscapes scores."""
+"""The models (the UNet, mmsegmentation's UNet-S5-D16 with its auxiliary head, a U-Net on ResNet50), their
+losses (cross-entropy, with Dice for the small presets), the optimizer of PyTorch's SGD, and the metric: class
+and category IoU, as Cityscapes scores."""
 import math
 
 import keras
@@ -68,12 +70,117 @@ def build_unet(filters=32, depth=4, dropout=0.0, normalization="none", num_class
     return keras.Model(inputs, outputs, name=f"unet_f{filters}_d{depth}")
 
 
-MODELS = ("unet", "resnet50-unet")
+# ## UNet-S5-D16, as mmsegmentation builds it (fcn_unet_s5-d16 on Cityscapes)
+# mmseg/models/backbones/unet.py with the FCNHead decode and auxiliary heads, layer for layer: the ImageNet mean
+# and std subtracted in the model, 5 stages of 2 x (3x3 conv, no bias, batch norm, ReLU) at 64..1024 channels
+# with a 2x2 max-pool before stages 1-4, a decoder of bilinear x2 + 1x1 conv-BN-ReLU ("InterpConv") then
+# [skip, up] through 2 convs per level, and two heads (3x3 conv-BN-ReLU to 64, channel dropout, 1x1 classifier):
+# the main one on the full-size 64-channel output, the auxiliary one on the 128-channel output at 1/2, upsampled
+# to the labels and weighed 0.4 in the loss. Convolutions Kaiming-normal (fan_out, ReLU), classifiers N(0, 0.01);
+# batch norm with PyTorch's defaults (momentum 0.1 there is 0.9 here; eps 1e-5).
+MEAN, STD = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)  # RGB, on pixels 0..255
+KAIMING = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")  # PyTorch's kaiming_normal_
+AUXILIARY_WEIGHT = 0.4
+
+
+def conv_bn_relu(x, filters, kernel, name):
+    x = keras.layers.Conv2D(filters, kernel, padding="same", use_bias=False, kernel_initializer=KAIMING,
+                            name=f"{name}_conv")(x)
+    # Distributed: statistics of the global batch (SyncBN)
+    x = SyncBatchNormalization(momentum=0.9, epsilon=1e-5, name=f"{name}_bn")(x)
+    return keras.layers.Activation("relu", name=f"{name}_relu")(x)
+
+
+def fcn_head(x, num_classes, dropout, name):
+    """mmseg's FCNHead (num_convs 1, concat_input False): 3x3 conv-BN-ReLU to 64, Dropout2d, 1x1 classifier."""
+    x = conv_bn_relu(x, 64, 3, f"{name}_0")
+    if dropout:
+        x = keras.layers.SpatialDropout2D(dropout, name=f"{name}_dropout")(x)  # Dropout2d: whole channels
+    # float32 under --amp: the loss needs the precision
+    return keras.layers.Conv2D(num_classes, 1, kernel_initializer=keras.initializers.RandomNormal(stddev=0.01),
+                               dtype="float32", name=f"{name}_classifier")(x)
+
+
+def build_unet_s5_d16(num_classes=19, filters=64, depth=4, dropout=0.1):
+    """Outputs [main, auxiliary]: class probabilities at the input's size, from the decode head and from the
+    auxiliary head (the latter for the loss only: the export answers with the first)."""
+    inputs = keras.Input((None, None, 3), name="image")  # pixels 0..255, RGB
+    x = keras.layers.Normalization(mean=MEAN, variance=[s * s for s in STD], dtype="float32", name="pixels")(inputs)
+    skips = []
+    for stage in range(depth + 1):
+        if stage:
+            x = keras.layers.MaxPooling2D(2, name=f"encoder{stage}_pool")(x)
+        for i in (1, 2):
+            x = conv_bn_relu(x, filters * 2 ** stage, 3, f"encoder{stage}_{i}")
+        skips.append(x)
+    outputs = [x]
+    for stage in reversed(range(depth)):
+        up = keras.layers.UpSampling2D(2, interpolation="bilinear", name=f"decoder{stage}_up")(x)
+        up = conv_bn_relu(up, filters * 2 ** stage, 1, f"decoder{stage}_interp")
+        x = keras.layers.Concatenate(name=f"decoder{stage}_skip")([skips[stage], up])
+        for i in (1, 2):
+            x = conv_bn_relu(x, filters * 2 ** stage, 3, f"decoder{stage}_{i}")
+        outputs.append(x)
+    main = fcn_head(outputs[-1], num_classes, dropout, "decode_head")
+    auxiliary = fcn_head(outputs[-2], num_classes, dropout, "auxiliary_head")
+    auxiliary = keras.layers.UpSampling2D(2, interpolation="bilinear", dtype="float32", name="auxiliary_up")(auxiliary)
+    probabilities = [keras.layers.Softmax(dtype="float32", name=name)(logits)
+                     for name, logits in (("categories", main), ("auxiliary", auxiliary))]
+    return keras.Model(inputs, probabilities, name=f"unet_s5_d16_f{filters}")
+
+
+def prediction(outputs):
+    """The model's answer: its first output when it has an auxiliary head."""
+    return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+
+
+def cross_entropy(y_true, y_pred):
+    """Per-example loss of mmsegmentation's CrossEntropyLoss (avg_non_ignore False): the cross-entropy summed
+    over the pixels that are not IGNORE and divided by all the pixels, of the main output plus AUXILIARY_WEIGHT
+    times that of the auxiliary one."""
+    outputs = y_pred if isinstance(y_pred, (list, tuple)) else [y_pred]
+    valid = tf.not_equal(y_true, IGNORE)
+    truth = tf.where(valid, y_true, 0)
+    total = 0.0
+    for weight, output in zip((1.0, AUXILIARY_WEIGHT)[:len(outputs)], outputs, strict=True):
+        output = at_truth_size(y_true, output)
+        per_pixel = keras.losses.sparse_categorical_crossentropy(truth, output) * tf.cast(valid, output.dtype)
+        total += weight * tf.reduce_mean(per_pixel, axis=[1, 2])
+    return total
+
+
+class CoupledSGD(keras.optimizers.SGD):
+    """SGD as PyTorch's torch.optim.SGD computes it, which published Cityscapes configurations train with:
+    the weight decay coupled (weight_decay x w added to the gradient of every weight, batch norm's and biases
+    included, before the momentum), and the momentum kept over gradients (b = m b + g; w -= rate x b), where
+    Keras' SGD keeps it over rate-scaled steps and decays weights apart from the gradient."""
+
+    def __init__(self, learning_rate, momentum=0.9, coupled_weight_decay=0.0, **options):
+        super().__init__(learning_rate, momentum=momentum, **options)
+        self.coupled_weight_decay = coupled_weight_decay
+
+    def update_step(self, gradient, variable, learning_rate):
+        rate = keras.ops.cast(learning_rate, variable.dtype)
+        gradient = keras.ops.cast(gradient, variable.dtype) + variable * self.coupled_weight_decay
+        buffer = self.momentums[self._get_variable_index(variable)]
+        # Distributed: b = m b + g in two updates, not one sum: TensorFlow's graph optimizer rewrites a sum of
+        # three terms whose inputs share a device (one replica's, not another's), rounding it otherwise there
+        self.assign(buffer, buffer * self.momentum)
+        self.assign_add(buffer, gradient)
+        self.assign_sub(variable, rate * buffer)
+
+    def get_config(self):
+        return {**super().get_config(), "coupled_weight_decay": self.coupled_weight_decay}
+
+
+MODELS = ("unet-s5-d16", "unet", "resnet50-unet")
 
 
 def build_model(name, num_classes, filters=32, depth=4, dropout=0.0, normalization="none", encoder_weights=None):
     """`name` of MODELS: the UNet above, or a U-Net decoder with a context module on ResNet50 (encoders.py),
     whose `encoder_weights` are None (from scratch), "imagenet" or a file of ResNet50's weights."""
+    if name == "unet-s5-d16":
+        return build_unet_s5_d16(num_classes, filters, depth, dropout)
     if name == "resnet50-unet":
         return build_resnet50_unet(num_classes, lambda channels, layer: normalization_layer(normalization, channels,
                                                                                             layer, 1),
@@ -115,7 +222,7 @@ def cross_entropy_dice(y_true, y_pred, smooth=1.0):
 def confusion_sums(y_true, y_pred):
     """The confusion matrix over the pixels that are not IGNORE, flattened (truth * C + prediction): it
     adds up across replicas and batches, and every IoU, class or category, follows from it."""
-    y_pred = at_truth_size(y_true, y_pred)
+    y_pred = at_truth_size(y_true, prediction(y_pred))
     classes = y_pred.shape[-1]
     predicted = tf.cast(tf.argmax(y_pred, axis=-1), tf.int32)
     # An ignored pixel goes to one extra cell, dropped after: fixed shapes, so it compiles under --xla too
@@ -126,7 +233,7 @@ def confusion_sums(y_true, y_pred):
 
 def truth_sums(y_true, y_pred):
     """Per-class pixel counts of the truth (evaluation only: the constant prediction's baseline)."""
-    classes = tf.range(y_pred.shape[-1])
+    classes = tf.range(prediction(y_pred).shape[-1])
     return {"truth_pixels": tf.reduce_sum(tf.cast(tf.equal(y_true[..., None], classes), tf.float32), axis=[0, 1, 2])}
 
 

@@ -68,6 +68,18 @@ def test_the_rate_is_scaled_only_when_asked_and_there_are_several_replicas():
     assert (scaled.base_rate, scaled.scale, scaled.warmup_steps) == (0.01, 4.0, 100)
 
 
+def test_the_poly_rate_falls_from_the_rate_to_its_end_as_mmsegmentation_s_policy():
+    config = RunConfig(lr=0.01, lr_schedule="poly", lr_end=1e-4, lr_warmup_steps=0, batch_size=2)
+    plan = config.plan(16_000, 8)  # 1,000 steps an epoch: the schedule spans them
+    schedule = training.learning_rate(config, plan)
+    assert isinstance(schedule, training.WarmupPolySchedule)
+    # mmsegmentation's poly: (base - min) * (1 - iter / max_iters) ** 0.9 + min, iter counted from 0
+    expected = [(0.01 - 1e-4) * (1 - t / 1000) ** 0.9 + 1e-4 for t in (0, 250, 999, 1000)]
+    assert [float(schedule(t)) for t in (0, 250, 999, 1000)] == pytest.approx(expected, rel=1e-5)
+    warm = training.WarmupPolySchedule(0.01, 0.0, 10, 1000)
+    assert float(warm(4)) == pytest.approx(0.01 * (1 - 4 / 1000) ** 0.9 * 0.5, rel=1e-5)
+
+
 # -- evaluation sums ------------------------------------------------------------------------------------
 
 def test_the_training_iterator_is_released_off_the_main_thread_and_nothing_else_holds_it():

@@ -9,6 +9,7 @@ from tf_recipes.data import DataError, InputShard, sharded_order
 from helpers import recipe_module
 
 data = recipe_module("cityscapes-unet", "data")
+IGNORE = recipe_module("cityscapes-unet", "labels").IGNORE
 labels = recipe_module("cityscapes-unet", "labels")
 layout = recipe_module("cityscapes-unet", "layout")
 make_fixture = recipe_module("cityscapes-unet", "make_fixture")
@@ -74,8 +75,10 @@ def test_two_early_pipelines_split_each_global_batch_of_one_pipeline(data_dir, e
 
 
 @pytest.mark.parametrize("kwargs", [dict(crop=(16, 32), scale=(0.7, 1.4)),  # zoom and crop at full size
-                                    dict(downscale=2, scale=(1.0, 1.0), cache=True)],  # the cpu preset's way
-                         ids=["crop", "downscaled-cached"])
+                                    dict(downscale=2, scale=(1.0, 1.0), cache=True),  # the cpu preset's way
+                                    # the full preset's: mmsegmentation's class ratio rule and colour changes
+                                    dict(crop=(16, 32), scale=(0.5, 2.0), cat_max_ratio=0.75, photometric=True)],
+                         ids=["crop", "downscaled-cached", "full-preset"])
 def test_augmentation_follows_the_example_across_launchers_and_resumes(data_dir, kwargs):
     kwargs = dict(total_steps=6, **kwargs)  # 3 epochs
     single = batches(data_dir, InputShard(1, 0, 4, 4), **kwargs)
@@ -196,3 +199,39 @@ def test_missing_or_incomplete_data_names_the_path_and_the_fix(data_dir, tmp_pat
         data.num_examples(tmp_path, "train")
     with pytest.raises(DataError, match="crop 64x64 does not fit the 32x64 images"):
         data.make_train_dataset(data_dir, shard, 2, 0, crop=(64, 64))
+
+
+def test_a_crop_is_drawn_again_while_one_class_covers_three_quarters_of_it_as_mmsegmentation_does():
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    image = tf.constant(rng.integers(0, 256, (64, 256, 3), dtype=np.uint8))
+    truth = np.zeros((64, 256), np.uint8)
+    truth[:, :48] = 3  # a second class in the left fifth only: most 32x64 crops hold road alone
+    truth[:8] = IGNORE  # ignored pixels count for no class
+
+    def crops(ratio):
+        augment = tf.function(lambda p: data._augment(image, tf.constant(truth), p, 0, (32, 64), (1.0, 1.0), ratio))
+        return [augment(tf.constant(p, tf.int64))[1].numpy() for p in range(40)]
+
+    def acceptable(crop):
+        counts = np.bincount(crop[crop != IGNORE].ravel(), minlength=4)
+        return (counts > 0).sum() > 1 and counts.max() / counts.sum() < 0.75
+
+    plain, ruled = crops(1.0), crops(0.75)
+    assert sum(map(acceptable, ruled)) > sum(map(acceptable, plain)) + 10
+    for first, crop in zip(plain, ruled, strict=True):  # a first draw the rule keeps is kept as drawn
+        if acceptable(first):
+            np.testing.assert_array_equal(crop, first)
+
+
+def test_the_photometric_distortion_changes_colours_only_and_is_off_unless_asked(data_dir):
+    kwargs = dict(crop=(16, 32), scale=(0.5, 2.0), total_steps=2)
+    plain = batches(data_dir, InputShard(1, 0, 4, 4), **kwargs)
+    coloured = batches(data_dir, InputShard(1, 0, 4, 4), photometric=True, **kwargs)
+    assert batches(data_dir, InputShard(1, 0, 4, 4), photometric=False, **kwargs)[0][0].tobytes() == \
+        plain[0][0].tobytes()
+    for (images, truth), (changed, same_truth) in zip(plain, coloured, strict=True):
+        np.testing.assert_array_equal(truth, same_truth)  # the labels and the geometry stay
+        assert not np.array_equal(images, changed)
+        assert changed.min() >= 0 and changed.max() <= 255 and np.array_equal(changed, np.floor(changed))
