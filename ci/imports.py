@@ -83,7 +83,7 @@ NOT_CODE = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tok
 # docs/library.md ("What a run imports") says it cost
 # Counted on the library as `ruff format` leaves it (tests/unit/test_house_rules.py keeps it so), so that a
 # change is weighed as code, never by how densely it is written
-BUDGETS = {"mnist-cnn": 2462, "cassava-resnet": 2462, "cityscapes-unet": 2366}
+BUDGETS = {"mnist-cnn": 2463, "cassava-resnet": 2463, "cityscapes-unet": 2367}
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,6 @@
-r"""cityscapes-unet's `full` preset (what `invoke run cityscapes-unet --gpus 8` trains), measured as far as a
-CPU machine can: its input pipeline, and the candidate models' step time, memory, size and reach.
+r"""cityscapes-unet's `resnet50` preset (what `invoke run cityscapes-unet --gpus 8` trained before the `full`
+preset became mmsegmentation's UNet-S5-D16), measured as far as a CPU machine can: its input pipeline, and the
+candidate models' step time, memory, size and reach.
 
     .venv/bin/python -m ci.bench.cityscapes_full --json docs/bench/cityscapes-unet/full-preset.json
 

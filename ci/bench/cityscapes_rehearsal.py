@@ -25,6 +25,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -68,19 +69,25 @@ def checks(results: dict, log: str) -> dict:
 def rehearse(launcher: str, args) -> dict:
     results_dir = pathlib.Path(args.work_dir) / launcher
     argv, checkout = command(launcher, args.data_dir, results_dir, args.horovod_venv)
-    print(f"$ (cd {checkout}; {' '.join(argv)})", flush=True)
-    start = time.monotonic()
-    done = subprocess.run(argv, cwd=checkout, capture_output=True, text=True)
-    seconds = round(time.monotonic() - start, 1)
-    log = done.stdout + done.stderr
-    (pathlib.Path(args.work_dir) / f"{launcher}.log").write_text(log)
-    if done.returncode:
-        return {"launcher": launcher, "command": argv, "exit_status": done.returncode, "seconds": seconds,
+    log_file = pathlib.Path(args.work_dir) / f"{launcher}.log"
+    if args.reuse and (results_dir / "results.json").is_file() and log_file.is_file():
+        # --reuse: the run this command made before, read again (its log and results.json), not trained again
+        log, returncode, seconds = log_file.read_text(), 0, None
+    else:
+        print(f"$ (cd {checkout}; {' '.join(argv)})", flush=True)
+        start = time.monotonic()
+        done = subprocess.run(argv, cwd=checkout, capture_output=True, text=True)
+        seconds = round(time.monotonic() - start, 1)
+        log, returncode = done.stdout + done.stderr, done.returncode
+        log_file.write_text(log)
+    if returncode:
+        return {"launcher": launcher, "command": argv, "exit_status": returncode, "seconds": seconds,
                 "log_tail": log.splitlines()[-15:], "checks": {"finished": False}}
     results = json.loads((results_dir / "results.json").read_text())
-    schedule = next(line for line in log.splitlines() if line.startswith("schedule:"))
+    schedule = re.search(r"schedule: .*", log).group(0)  # horovodrun prefixes lines with [RANK]<stdout>:
     return {
-        "launcher": launcher, "command": argv, "exit_status": 0, "seconds": seconds, "schedule": schedule,
+        "launcher": launcher, "command": argv, "exit_status": 0, "schedule": schedule,
+        "seconds": seconds or round(results["wall_seconds"], 1),
         "replicas": results["replicas"], "global_batch": results["global_batch"], "steps": results["steps"],
         "fingerprints": results["replica_fingerprints"], "parameters": results["parameters"],
         "loss_first_last": [results["losses"][0]["loss"], results["losses"][-1]["loss"]],
@@ -120,6 +127,8 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", default="/tmp/cityscapes-rehearsal", help="the runs' results and logs")
     parser.add_argument("--horovod-venv", default=str(ROOT / ".venv"), help="a .venv with Horovod")
     parser.add_argument("--launchers", default="multiworker,horovod", help="comma-separated")
+    parser.add_argument("--reuse", action="store_true", help="read the runs --work-dir already holds (their logs "
+                        "and results.json) instead of training them again")
     args = parser.parse_args(argv)
     os.makedirs(args.work_dir, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

@@ -116,9 +116,10 @@ class TrainingParser(argparse.ArgumentParser):
         if name in NOT_KEPT or not actions:
             self.error(f"{name!r} is not a flag of this recipe's configuration; remove it from the file")
         for action in actions:  # a switch that sets it: --scale-lr/--no-scale-lr, --no-export, --no-amp
-            if isinstance(action, argparse.BooleanOptionalAction) and isinstance(value, bool):
-                return [action.option_strings[not value]]
-            if action.nargs == 0 and type(action.const) is type(value) and action.const == value:
+            if isinstance(action, argparse.BooleanOptionalAction):  # null: neither, as when not given
+                if isinstance(value, bool):
+                    return [action.option_strings[not value]]
+            elif action.nargs == 0 and type(action.const) is type(value) and action.const == value:
                 return [action.option_strings[0]]
         taking = [action for action in actions if action.nargs != 0]
         if value is None or isinstance(value, bool) or not taking:

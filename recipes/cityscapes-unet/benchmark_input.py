@@ -38,6 +38,7 @@ import tensorflow as tf  # noqa: E402
 import data  # noqa: E402
 import layout  # noqa: E402
 import make_fixture  # noqa: E402
+import scene_cache  # noqa: E402
 import prepare_data  # noqa: E402
 from tf_recipes import user_paths  # noqa: E402
 from tf_recipes.atomic import replace_durably  # noqa: E402
@@ -228,7 +229,7 @@ def run(prepared: pathlib.Path, work: pathlib.Path, per_replica_batch: int, epoc
     records = write_tfrecords(prepared, example_ids, work / f"tfrecord-{key}")
     variants = in_process_variants(prepared, example_ids, records, per_replica_batch, total_steps, epochs)
     children = CHILDREN
-    if seed_loader_runs and seed_memory_needed(height, width) > 0.7 * data._available_memory_bytes():
+    if seed_loader_runs and seed_memory_needed(height, width) > 0.7 * scene_cache.available_memory_bytes():
         print(f"the seed's shuffle buffer would hold {seed_memory_needed(height, width) / 2**30:.1f} GiB, more than "
               "70% of the available memory: its loader is not run", flush=True)
         seed_loader_runs = False
@@ -437,13 +438,18 @@ def main(argv=None) -> int:
             result = run(prepared, work, args.batch, args.epochs, args.rounds, not args.no_seed_loader)
         except data.DataError as error:
             raise SystemExit(f"error: {error}") from None
+    return write_report(result, args.json, table)
+
+
+def write_report(result: dict, json_path, render) -> int:
+    """Print the result as JSON and as its table (`render`), and keep the JSON at `json_path` if given."""
     text = json.dumps(result, indent=1)
-    if args.json:
-        pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(args.json).write_text(text + "\n")
+    if json_path:
+        pathlib.Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(json_path).write_text(text + "\n")
     print(text)
     print()
-    print(table(result))
+    print(render(result))
     return 0
 
 

@@ -34,6 +34,7 @@ from tf_recipes.contract import class_name_problem
 from tf_recipes.data import DataError, InputShard, error_reason, global_order, pipeline_positions
 
 import layout
+import scene_cache
 from labels import IGNORE
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -371,23 +372,12 @@ def _centre_crop(image, truth, out_size):
     return image, truth
 
 
-def _available_memory_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def _decoded_in_memory(image_files, label_files, example_ids: np.ndarray, height: int, width: int, data_dir,
                        decode):
     """Decode the given examples once (`decode(image_file, label_file)`, at height x width) into host
     memory; returns a tf function index -> example."""
     needed = len(example_ids) * height * width * 4
-    available = _available_memory_bytes()
+    available = scene_cache.available_memory_bytes()
     if needed > available // 2:
         raise DataError(f"cache=True would hold {len(example_ids)} decoded examples, {needed / 2**30:.1f} GiB, "
                         f"but only {available / 2**30:.1f} GiB of memory is available; train without "
@@ -418,16 +408,45 @@ def _decoded_in_memory(image_files, label_files, example_ids: np.ndarray, height
     return fetch
 
 
-def _fetcher(data_dir, index: dict, lookup, image_files, label_files, factor: float, cached_ids=None):
-    """A tf function example index -> (image, truth), decoded, mapped through `lookup` and shrunk to
-    `factor` of the prepared size; with `cached_ids`, those examples are decoded once into memory and
-    read from there."""
+def _scene_decoder(index: dict, lookup, factor: float):
+    """(image file, label file) -> the example decoded, mapped through `lookup`, shrunk to `factor`."""
     height, width = index["height"], index["width"]
 
     def decode(image_file, label_file):
         example = _read_and_decode(image_file, label_file, height, width, index, lookup)
         return _shrink(*example, factor) if factor < 1 else example
+    return decode
 
+
+def cached_train_scenes(data_dir, shard: InputShard, cache_dir, *, downscale: int = 1, scale=1.0,
+                        augment: bool = True, classes: str | None = None, barrier=lambda: None, log=print):
+    """Every training scene decoded once per node, at the size make_train_dataset keeps it, into the files
+    under `cache_dir` that every process of the node maps (scene_cache.py): make_train_dataset's `scenes`.
+    Made before the dataset, since it waits for the other pipelines (`barrier`: a collective)."""
+    index = read_index(data_dir, "train")
+    factor = working_factor(downscale, _scale_range(scale) if augment else (1.0, 1.0))
+    lookup = view(data_dir, classes)["lookup"]
+    return scene_cache.cached_scenes(data_dir, "train", index, _scene_decoder(index, lookup, factor),
+                                     round(index["height"] * factor), round(index["width"] * factor), cache_dir,
+                                     shard, barrier, log, lookup=lookup)
+
+
+def _fetcher(data_dir, index: dict, lookup, image_files, label_files, factor: float, cached_ids=None, scenes=None):
+    """A tf function example index -> (image, truth), decoded, mapped through `lookup` and shrunk to
+    `factor` of the prepared size; with `cached_ids`, those examples are decoded once into this process's
+    memory and read from there; with `scenes` (cached_train_scenes), read from the node's cache files."""
+    height, width = index["height"], index["width"]
+    decode = _scene_decoder(index, lookup, factor)
+    if scenes is not None:
+        size = [round(height * factor), round(width * factor)]
+        if [scenes.height, scenes.width] != size:
+            raise ValueError(f"the scene cache holds {scenes.height}x{scenes.width} scenes, this pipeline keeps "
+                             f"{size[0]}x{size[1]}: make it with the same downscale, scale and augment")
+
+        def fetch(i):
+            image, truth = tf.numpy_function(scenes.scene, [i], [tf.uint8, tf.uint8], stateful=False)
+            return tf.ensure_shape(image, [*size, 3]), tf.ensure_shape(truth, size)
+        return fetch
     if cached_ids is not None:
         return _decoded_in_memory(image_files, label_files, cached_ids, round(height * factor),
                                   round(width * factor), data_dir, decode)
@@ -452,7 +471,7 @@ def _output_size(data_dir, height: int, width: int, downscale: int, crop) -> tup
 def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int, start_step: int = 0,
                        crop=None, scale=1.0, augment: bool = True, cache: bool = False,
                        shard_late: bool = False, downscale: int = 1, classes: str | None = None,
-                       cat_max_ratio: float = 1.0, photometric: bool = False) -> tf.data.Dataset:
+                       cat_max_ratio: float = 1.0, photometric: bool = False, scenes=None) -> tf.data.Dataset:
     """Batches of (image float32 [b,H,W,3] in 0..255, truth int32 [b,H,W]: the view `classes`'s indices, or
     IGNORE), b = per-replica batch.
 
@@ -464,8 +483,9 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     RandomCrop does, photometric=True adds its PhotoMetricDistortion (_augment). augment=False gives a centre
     crop, no scale, no flip, no colour change.
     cache=True keeps this pipeline's examples in memory, decoded and shrunk (refused if they do not
-    fit). shard_late=True reproduces the slow variant: every pipeline reads and decodes the whole
-    stream and keeps its own slices of every global batch; same output, more work.
+    fit); `scenes` (cached_train_scenes) reads them from the node's cache files instead. shard_late=True
+    reproduces the slow variant: every pipeline reads and decodes the whole stream and keeps its own
+    slices of every global batch; same output, more work.
     """
     index = read_index(data_dir, "train")
     height, width = index["height"], index["width"]
@@ -487,7 +507,8 @@ def make_train_dataset(data_dir, shard: InputShard, total_steps: int, seed: int,
     examples = tf.data.Dataset.from_tensor_slices((order, positions))
 
     lookup = view(data_dir, classes)["lookup"]
-    fetch = _fetcher(data_dir, index, lookup, image_files, label_files, factor, np.unique(order) if cache else None)
+    fetch = _fetcher(data_dir, index, lookup, image_files, label_files, factor,
+                     np.unique(order) if cache and scenes is None else None, scenes)
     examples = examples.map(lambda i, position: (*fetch(i), position),
                             num_parallel_calls=AUTOTUNE, deterministic=True)
     if shard_late:

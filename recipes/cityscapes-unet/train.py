@@ -144,8 +144,12 @@ class Config(RunConfig):
                              "PhotoMetricDistortion", action="negatable")
     augment: bool = flag(RECIPE, True, "no zoom, crop position or flip augmentation", names=("--no-augment",),
                          action="store_false")
-    cache: bool = flag(RECIPE, False, "keep the training images in memory, decoded at the --downscale size",
+    cache: bool = flag(RECIPE, False, "decode the training scenes once, at the --downscale size, and train from "
+                       "them: in each process's memory, or with --cache-dir in files every process of a node maps",
                        action="negatable")
+    cache_dir: str | None = flag(RECIPE, None, "with --cache: keep the decoded scenes in files here, written once "
+                                 "per node and mapped by each of its processes (node-local scratch, or a shared file "
+                                 "system); about 8 MiB a 1024x2048 scene")
     shard_late: bool = flag(RECIPE, False, "decode everything, then shard (the slow variant, for comparison)",
                             action="store_true")
     eval_size: tuple[int, int] | None = flag(RECIPE, None, "resize val images to HEIGHTxWIDTH for the model; the "
@@ -462,6 +466,14 @@ def main(config: Config):
     trainer = training.Trainer(launcher, RECIPE, config, plan, model=model, optimizer=optimizer, task=task,
                                export=exported)
 
+    scenes = None
+    if config.cache and config.cache_dir and not synthetic:
+        # Distributed: each pipeline decodes its share of the scenes, then waits for the others' (once per node)
+        scenes = data.cached_train_scenes(config.data_dir, launcher.input_shard(config.batch_size), config.cache_dir,
+                                          downscale=config.downscale, scale=config.scale, augment=config.augment,
+                                          classes=view["name"], barrier=launcher.barrier,
+                                          log=lambda line: print(line, flush=True))  # one per node
+
     def dataset_fn(shard):
         if synthetic:
             return synthetic_dataset(shard, *size, plan.total_steps - trainer.start_step, config.seed,
@@ -469,7 +481,7 @@ def main(config: Config):
         return data.make_train_dataset(
             config.data_dir, shard, plan.total_steps, config.seed, trainer.start_step, crop=config.crop,
             scale=config.scale, augment=config.augment, cache=config.cache, shard_late=config.shard_late,
-            cat_max_ratio=config.cat_max_ratio, photometric=config.photometric,
+            cat_max_ratio=config.cat_max_ratio, photometric=config.photometric, scenes=scenes,
             downscale=config.downscale, classes=view["name"])
 
     # A file that fails to decode mid-run is named by re-reading the examples of the failing step.

@@ -82,3 +82,29 @@ def test_trains_under_every_launcher_and_resumes_exactly(prepared, tmp_path, lau
         check_export(tmp_path / "run", tmp_path, recipe="cityscapes-unet", build_args=(8, 2, 0.0, "batch"),
                      size=(64, 128), channels=3,
                      classes=labels.cityscapes_views()["classes"]["names"])
+
+
+@pytest.mark.parametrize("launcher", ["mirrored", pytest.param("horovod", marks=pytest.mark.full)])
+def test_the_full_preset_s_step_trains_in_sync_on_two_replicas(prepared, tmp_path, launcher, request):
+    """The full preset as `--gpus 8` trains it, on crops of generated scenes, for 3 iterations on 2 replicas:
+    mmsegmentation's UNet-S5-D16 with its auxiliary head, batch norm synchronized over the replicas, PyTorch's
+    SGD with coupled weight decay, the class ratio rule and photometric distortion, from the node's scene cache
+    (--cache-dir: one pipeline decodes the chunk, the other waits at the barrier and maps it). The replicas end with one
+    fingerprint (the desync guard ends the run with an error otherwise: a weight decayed after another replica
+    had updated it did), and the export is written from the main head alone."""
+    if launcher == "horovod":
+        request.getfixturevalue("require_horovod")
+    process = run_invoke("run", "cityscapes-unet", "--gpus", "0", "--cpu-replicas", "2", "--launcher", launcher,
+                         "--runtime", "local", "--data-dir", str(prepared), "--results-dir", str(tmp_path / "run"),
+                         "--", "--crop", "32x64", "--max-steps", "3", "--log-every", "1", "--cache",
+                         "--cache-dir", str(tmp_path / "scenes"))
+    assert_ok(process)
+    # the node's scene cache: the 8 scenes are one chunk, decoded once in the job, by one of its pipelines
+    assert process.stdout.count("caching train: decoding 8 of 8 scenes") == 1, process.stdout
+    assert "(sgd, poly, 0 warm-up iterations)" in process.stdout and "replicas in sync" in process.stdout
+    results = read_results(tmp_path / "run")
+    assert (results["preset"], results["model"], results["optimizer"], results["replicas"]) == (
+        "full", "unet-s5-d16", "sgd", 2)
+    assert len(set(results["replica_fingerprints"])) == 1 and results["steps"] == 3
+    # the export serves the first output only: a list of two would not have been written
+    assert (tmp_path / "run" / "export" / "1" / "saved_model.pb").is_file()

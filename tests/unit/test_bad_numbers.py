@@ -66,7 +66,7 @@ def test_a_recipe_keeps_its_defaults_and_valid_values(recipe):
     if recipe != "cityscapes-unet":
         assert defaults.val_fraction is None and parse(["--val-fraction", "0.2"]).val_fraction == 0.2
     if recipe == "cityscapes-unet":
-        assert (defaults.dropout, defaults.scale) == (0.0, (0.5, 2.0))  # the full preset zooms
+        assert (defaults.dropout, defaults.scale) == (0.1, (0.5, 2.0))  # the full preset's heads, its zoom
         args = parse(["--dropout", "0.3", "--scale", "1:1", "--crop", "64x128", "--preset", "tiny"])
         assert (args.dropout, args.scale, args.crop) == (0.3, (1.0, 1.0), (64, 128))
 

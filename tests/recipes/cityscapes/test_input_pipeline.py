@@ -156,6 +156,18 @@ def test_cache_gives_the_same_batches(data_dir):
         np.testing.assert_array_equal(b, d)
 
 
+def test_the_node_cache_gives_the_same_batches_to_each_pipeline(data_dir, tmp_path):
+    kwargs = dict(total_steps=5, crop=(16, 32), scale=(0.7, 1.4))
+    for shard in two_pipelines():  # the second pipeline finds the first one's files and decodes nothing
+        scenes = data.cached_train_scenes(data_dir, shard, tmp_path / "cache", scale=(0.7, 1.4), log=lambda line: None)
+        plain = batches(data_dir, shard, **kwargs)
+        for (a, b), (c, d) in zip(plain, batches(data_dir, shard, cache=True, scenes=scenes, **kwargs), strict=True):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, d)
+    with pytest.raises(ValueError, match="same downscale"):
+        batches(data_dir, two_pipelines()[0], cache=True, scenes=scenes, downscale=2, **kwargs)
+
+
 def test_eval_dataset_has_every_example_unaugmented(data_dir):
     assert data.num_examples(data_dir, "val") == VAL
     out = list(data.make_eval_dataset(data_dir, "val", batch_size=2).as_numpy_iterator())
