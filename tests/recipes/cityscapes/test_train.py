@@ -57,7 +57,8 @@ def check_segmentation_export(tmp_path):
 @pytest.mark.parametrize("args,message", [
     ([], "--data-dir is required"),
     (["--data-dir", "/nonexistent"], "prepare_data.py"),
-    (["--crop", "100x200", "--benchmark"], "multiples of 32"),  # the full preset's ResNet50 halves 5 times
+    (["--crop", "100x200", "--benchmark"], "multiples of 16"),  # the full preset's UNet-S5-D16 halves 4 times
+    (["--preset", "resnet50", "--crop", "80x160", "--benchmark"], "multiples of 32"),  # its ResNet50, 5 times
     (["--encoder-weights", "/nonexistent/resnet50.h5"], "is neither imagenet, none nor a file of ResNet50's"),
     # synchronized batch norm all-reduces inside the step that XLA would compile per replica
     (["--preset", "tiny", "--norm", "batch", "--synthetic", "--xla", "--launcher", "mirrored", "--cpu-replicas", "2"],
