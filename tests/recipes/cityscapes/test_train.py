@@ -11,6 +11,7 @@ from helpers import assert_ok, read_results, run_python
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.full  # full-size tensors, the night's; every push runs --benchmark at the tiny crop (test_predict.py)
 def test_benchmark_mode_measures_generated_full_size_batches(tmp_path):
     # Full-size tensors at a tiny model: the mode is what is tested here, not the speed.
     process = run_python(f"{RECIPE}/train.py", "--benchmark", "--preset", "tiny", "--crop", "1024x2048",

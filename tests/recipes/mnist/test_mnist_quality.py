@@ -32,6 +32,7 @@ def without_timing(curve):
 
 
 @pytest.mark.slow
+@pytest.mark.full  # what it learns on the real digits, the night's; every push runs --target on generated ones
 def test_real_mnist_reaches_its_target_and_records_the_curve(tmp_path):
     """The defaults on the 60,000 real training digits, evaluated every quarter epoch and stopped at the first
     evaluation of the 10,000 test digits at 98% or more (within the first epoch or so)."""
