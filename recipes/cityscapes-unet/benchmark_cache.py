@@ -6,8 +6,9 @@
 On a prepared dataset (--data-dir, prepare_data.py's output; by default --scenes full-size fixture scenes,
 generated and prepared under --work-dir by benchmark_input.py's prepare_inputs) it measures:
   (a) training crops/s on one core: tf.data with a private thread pool of one thread and no intra-op
-      parallelism, a --crop crop at a random scale of 0.5..2.0 and a random flip (data.py's augmentation,
-      without the class ratio rule and the colour changes), the scene read from the PNG files and decoded
+      parallelism, a --crop crop at a random scale of 0.5..2.0 and a random flip, with the full preset's class
+      ratio rule (--cat-max-ratio 0.75) and photometric distortion unless told otherwise (data.py's
+      augmentation), the scene read from the PNG files and decoded
       every time (data.py without --cache) vs read from the node's cache (np.memmap); the files in the page
       cache after a warm-up pass; interleaved over --rounds rounds, medians reported;
   (b) the cache: the time and CPU to build it (once per node, on every core), its files' bytes, and the
@@ -85,12 +86,14 @@ def one_core() -> tf.data.Options:
     return options
 
 
-def crops(fetch, scenes: int, count: int, crop) -> tf.data.Dataset:
-    """`count` crops of the `scenes` in turn, each at its position's random scale, window and flip."""
+def crops(fetch, scenes: int, count: int, crop, cat_max_ratio: float, photometric: bool) -> tf.data.Dataset:
+    """`count` crops of the `scenes` in turn, each at its position's random scale, window and flip (and
+    colours)."""
     positions = tf.data.Dataset.range(count)
     examples = positions.map(lambda p: (*fetch(p % scenes), p), num_parallel_calls=tf.data.AUTOTUNE)
-    examples = examples.map(lambda image, truth, p: data._augment(image, truth, p, SEED, crop, SCALE),
-                            num_parallel_calls=tf.data.AUTOTUNE)
+    examples = examples.map(
+        lambda image, truth, p: data._augment(image, truth, p, SEED, crop, SCALE, cat_max_ratio, photometric),
+        num_parallel_calls=tf.data.AUTOTUNE)
     return examples.prefetch(2).with_options(one_core())
 
 
@@ -164,8 +167,10 @@ def run(prepared: pathlib.Path, work: pathlib.Path, config: dict) -> dict:
         files = [pathlib.Path(arrays.folder, name) for name in os.listdir(arrays.folder)]
         cache_bytes = sum(path.stat().st_size for path in files)
         mapped = child_map(prepared, cache_dir)
-        variants = {"png_decode_every_crop": lambda: crops(png_fetch(prepared, index, lookup), scenes, count, crop),
-                    "node_cache_memmap": lambda: crops(cache_fetch(arrays), scenes, count, crop)}
+        augment = (config["cat_max_ratio"], config["photometric"])
+        variants = {"png_decode_every_crop": lambda: crops(png_fetch(prepared, index, lookup), scenes, count, crop,
+                                                           *augment),
+                    "node_cache_memmap": lambda: crops(cache_fetch(arrays), scenes, count, crop, *augment)}
         for make in variants.values():  # warm-up: the graphs, and the files in the page cache
             measure(make().take(scenes + 1))
         print(f"{rounds} rounds of {len(variants)} pipelines, {count} crops of {crop[0]}x{crop[1]} each, "
@@ -230,8 +235,9 @@ def table(result: dict) -> str:
     lines = [f"{result['date']}, {machine['cpus']} CPUs ({machine['processor']}), TF {machine['tensorflow']}, "
              f"reference loop {before:.2f} s before, {after:.2f} s after; {config['scenes']} scenes of "
              f"{config['size'][0]}x{config['size'][1]}, crops {config['crop'][0]}x{config['crop'][1]} at scale "
-             f"{config['scale'][0]}..{config['scale'][1]} + flip, {config['crops_per_run']} crops per run, median of "
-             f"{config['rounds']} rounds",
+             f"{config['scale'][0]}..{config['scale'][1]} + flip, class ratio rule {config['cat_max_ratio']}, "
+             f"photometric {'on' if config['photometric'] else 'off'}, {config['crops_per_run']} crops per run, "
+             f"median of {config['rounds']} rounds",
              "",
              f"(a) one core             {'crops/s':>8} {'CPU ms/crop':>12}   (c) cores for {config['gpus']} GPUs at "
              f"{config['iterations_per_second']} it/s x {config['global_batch']} = {c['crops_per_sec_needed']:.0f} "
@@ -269,6 +275,11 @@ def main(argv=None) -> int:
     parser.add_argument("--scenes", type=int, default=8, help="fixture scenes (default 8; ignored with --data-dir)")
     parser.add_argument("--size", default="1024x2048", help="HEIGHTxWIDTH of the fixture (default 1024x2048)")
     parser.add_argument("--crop", default="512x1024", help="training crop HEIGHTxWIDTH (default 512x1024)")
+    parser.add_argument("--cat-max-ratio", type=float, default=0.75,
+                        help="the class ratio rule's largest share of one class in a crop, as the full preset's "
+                             "(default 0.75; 1 turns it off)")
+    parser.add_argument("--photometric", action=argparse.BooleanOptionalAction, default=True,
+                        help="the full preset's photometric distortion (default: on)")
     parser.add_argument("--crops", type=int, default=32, help="crops per timed run (default 32)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are reported (default 5)")
     parser.add_argument("--iterations-per-second", type=float, default=2.0,
@@ -283,6 +294,8 @@ def main(argv=None) -> int:
         return 0
     if min(args.scenes, args.crops, args.rounds, args.global_batch, args.gpus) < 1 or args.iterations_per_second <= 0:
         parser.error("--scenes, --crops, --rounds, --global-batch, --gpus and --iterations-per-second must be positive")
+    if not 0 < args.cat_max_ratio <= 1:
+        parser.error(f"--cat-max-ratio {args.cat_max_ratio}: a share of the crop, above 0 and at most 1")
     try:
         size, crop = layout.parse_size(args.size), layout.parse_size(args.crop)
     except ValueError as error:
@@ -295,7 +308,8 @@ def main(argv=None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         try:
             prepared = pathlib.Path(args.data_dir) if args.data_dir else prepare_inputs(work, args.scenes, size)
-            config = {"crop": list(crop), "scale": list(SCALE), "crops_per_run": args.crops, "rounds": args.rounds,
+            config = {"crop": list(crop), "scale": list(SCALE), "cat_max_ratio": args.cat_max_ratio,
+                      "photometric": args.photometric, "crops_per_run": args.crops, "rounds": args.rounds,
                       "iterations_per_second": args.iterations_per_second, "global_batch": args.global_batch,
                       "gpus": args.gpus}
             result = run(prepared, work, config)

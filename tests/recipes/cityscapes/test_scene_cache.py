@@ -298,3 +298,34 @@ def test_an_undecodable_scene_is_one_line_naming_its_file(data_dir, tmp_path):
     assert "\n" not in message and str(bad) in message and "example 4 of the prepared train split" in message
     (folder,) = os.listdir(tmp_path / "cache")
     assert not [name for name in os.listdir(tmp_path / "cache" / folder) if name.endswith(".tmp")]
+
+
+@pytest.mark.full  # a benchmark's run, the night's
+@pytest.mark.parametrize("augment", [[], ["--cat-max-ratio", "1", "--no-photometric"]], ids=["full-preset", "plain"])
+def test_the_cache_benchmark_reads_the_given_data_dir_and_reports_every_figure(data_dir, tmp_path, augment):
+    report_path = tmp_path / "report.json"
+    process = subprocess.run([sys.executable, str(REPO / "recipes" / "cityscapes-unet" / "benchmark_cache.py"),
+                              "--data-dir", str(data_dir), "--work-dir", str(tmp_path / "work"), "--crop", "16x32",
+                              "--crops", "4", "--rounds", "1", *augment, "--json", str(report_path)],
+                             cwd=REPO, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert process.returncode == 0, process.stderr[-4000:]
+    report = json.loads(report_path.read_text())
+    config = report["config"]
+    assert (config["scenes"], config["size"], config["crop"]) == (TRAIN, list(SIZE), [16, 32])
+    assert (config["cat_max_ratio"], config["photometric"]) == ((0.75, True) if not augment else (1.0, False))
+    for figures in report["a_crops_per_core"].values():
+        assert figures["crops_per_sec"] > 0 and figures["cpu_ms_per_crop"] > 0
+        assert [run["crops"] for run in figures["rounds"]] == [3]  # the first of 4 is not timed
+    cache = report["b_cache"]
+    assert cache["files_bytes"] > 0 and cache["mapping_process"]["decoded_lines"] == []  # mapped, not decoded
+    assert set(report["c_cores_for_gpus"]["by_wall_rate"]) == {"png_decode_every_crop", "node_cache_memmap"}
+    assert os.listdir(tmp_path / "work") == []  # its timed cache removed, nothing else written there
+    assert "the cache gives" in process.stdout
+
+
+def test_the_cache_benchmark_refuses_a_class_ratio_that_is_no_share(data_dir, tmp_path):
+    process = subprocess.run([sys.executable, str(REPO / "recipes" / "cityscapes-unet" / "benchmark_cache.py"),
+                              "--data-dir", str(data_dir), "--cat-max-ratio", "1.5"], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert process.returncode == 2 and "--cat-max-ratio 1.5: a share of the crop" in process.stderr
