@@ -1,6 +1,7 @@
 """scene_cache.py: the cache holds what data.py's decode gives, every pipeline decodes only its own chunks and
 all of them map the same arrays, a second run decodes nothing, a new index or view gets a new folder, a
-damaged chunk is decoded again, too little disk is one line, and the memory is checked once per machine."""
+damaged chunk is decoded again, too little disk is one line, and the memory is checked once per machine;
+benchmark_cache.py crops as data.py augments, with the rule and colours it is given, and reports every figure."""
 import json
 import os
 import shutil
@@ -329,3 +330,18 @@ def test_the_cache_benchmark_refuses_a_class_ratio_that_is_no_share(data_dir, tm
                               "--data-dir", str(data_dir), "--cat-max-ratio", "1.5"], cwd=REPO,
                              capture_output=True, text=True, timeout=120)
     assert process.returncode == 2 and "--cat-max-ratio 1.5: a share of the crop" in process.stderr
+
+
+def test_the_cache_benchmark_crops_as_data_py_augments_with_the_rule_and_colours_it_is_given(data_dir):
+    benchmark = recipe_module("cityscapes-unet", "benchmark_cache")
+    index, lookup = data.read_index(data_dir, "train"), data.view(data_dir)["lookup"]
+    fetch = benchmark.png_fetch(data_dir, index, lookup)
+    timed = {}
+    for ratio, colours in ((0.75, True), (1.0, False)):
+        timed[colours] = list(benchmark.crops(fetch, TRAIN, 3, (16, 32), ratio, colours))
+        for position, (image, truth) in enumerate(timed[colours]):
+            scene = fetch(tf.constant(position, tf.int64))
+            want = data._augment(*scene, position, benchmark.SEED, (16, 32), benchmark.SCALE, ratio, colours)
+            np.testing.assert_array_equal(image, want[0])
+            np.testing.assert_array_equal(truth, want[1])
+    assert any(not np.array_equal(a[0], b[0]) for a, b in zip(timed[True], timed[False], strict=True))
