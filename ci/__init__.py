@@ -6,7 +6,8 @@
   images the container tests use, built in the background while the first tests run; `reaper.py`: what
   `test.sh` runs under, so that the daemons a run starts stop when it ends and their CPU time is counted;
   `durations.py`: each test module's time, which `test.sh` prints at its end; `suite_report.py`: a tier's
-  tally against what it collected (green on less is red), and the full tier's report.
+  tally against what it collected (green on less is red), and the full tier's report; `reference_loop.py`:
+  the machine's speed, which `test.sh` prints and the benchmarks keep beside their times.
 - `debian-rootfs.sh`: a fresh Debian root file system (bookworm or trixie) in which the README's quick
   start is run as a newcomer runs it (tests/integration/test_quickstart_debian.py); sid for `apptainer.sh`.
 - `apptainer.sh`: an `apptainer` command on machines without one (on Debian 12: Debian unstable's, in a

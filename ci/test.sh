@@ -109,14 +109,9 @@ mkdir -p build/ci
 # pytest's JUnit files and collected counts of this run only (ci/durations.py and ci/suite_report.py read them)
 rm -f build/ci/*.xml build/ci/collected-*.txt
 # The machine's speed, so that the times of runs on different machines compare: the seconds one core
-# takes for a fixed Python loop (10^7 additions), before anything else of the run starts. Machines of
-# the same nominal size have differed by a factor of three.
-reference=$(python3 -c 'import time
-started = time.perf_counter()
-total = 0
-for i in range(10 ** 7):
-    total += i
-print(f"{time.perf_counter() - started:.2f}")')
+# takes for a fixed Python loop (10^7 additions, ci/reference_loop.py), before anything else of the run
+# starts. Machines of the same nominal size have differed by a factor of three.
+reference=$(python3 ci/reference_loop.py)
 
 if [ "$gpu_images" = 1 ]; then
     tier=gpu-images

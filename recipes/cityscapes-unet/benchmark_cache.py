@@ -48,7 +48,7 @@ CITYSCAPES_TRAIN = 2975
 FULL_SIZE = (1024, 2048)
 SCALE = (0.5, 2.0)
 SEED = 0
-# ci/test.sh's reference loop, the same program (it lives there as shell text, which cannot be imported)
+# The reference loop ci/test.sh prints, the same program as ci/reference_loop.py's (a recipe folder stands alone)
 REFERENCE_LOOP = """import time
 started = time.perf_counter()
 total = 0
