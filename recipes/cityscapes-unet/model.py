@@ -79,12 +79,19 @@ def build_unet(filters=32, depth=4, dropout=0.0, normalization="none", num_class
 # to the labels and weighed 0.4 in the loss. Convolutions Kaiming-normal (fan_out, ReLU), classifiers N(0, 0.01);
 # batch norm with PyTorch's defaults (momentum 0.1 there is 0.9 here; eps 1e-5).
 MEAN, STD = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)  # RGB, on pixels 0..255
-KAIMING = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")  # PyTorch's kaiming_normal_
 AUXILIARY_WEIGHT = 0.4
 
 
+def kaiming():
+    """PyTorch's kaiming_normal_ (fan_out, ReLU), one per layer: an unseeded Keras initializer takes its seed
+    when it is made (from the seed set by keras.utils.set_random_seed, if made after it) and gives the same
+    values at every call, so one made at import would start every run from other weights, and every layer of
+    a shape from the same ones."""
+    return keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
+
+
 def conv_bn_relu(x, filters, kernel, name):
-    x = keras.layers.Conv2D(filters, kernel, padding="same", use_bias=False, kernel_initializer=KAIMING,
+    x = keras.layers.Conv2D(filters, kernel, padding="same", use_bias=False, kernel_initializer=kaiming(),
                             name=f"{name}_conv")(x)
     # Distributed: statistics of the global batch (SyncBN)
     x = SyncBatchNormalization(momentum=0.9, epsilon=1e-5, name=f"{name}_bn")(x)

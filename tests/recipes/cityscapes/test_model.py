@@ -238,3 +238,36 @@ def test_coupled_sgd_steps_as_pytorch_s_sgd_with_weight_decay_and_a_changing_rat
         buffer = d if step == 0 else 0.9 * buffer + d
         expected = expected - rate * buffer
         np.testing.assert_allclose(weight.numpy(), expected, rtol=1e-6)
+
+
+INITIAL_WEIGHTS = """import hashlib, sys
+sys.path.insert(0, sys.argv[1])
+import keras, model
+keras.utils.set_random_seed(0)
+net = model.build_unet_s5_d16(19, filters=8)
+print(hashlib.sha256(b"".join(v.numpy().tobytes() for v in net.weights)).hexdigest())"""
+
+
+def test_unet_s5_d16_starts_from_the_same_weights_in_every_process_and_gives_each_layer_its_own():
+    # Two fresh processes, as two runs of the same command (or a run and its rerun from config.yaml) are.
+    import subprocess
+    import sys
+
+    from helpers import RECIPES
+
+    digests = [subprocess.run([sys.executable, "-c", INITIAL_WEIGHTS, str(RECIPES / "cityscapes-unet")],
+                              capture_output=True, text=True, check=True).stdout.strip() for _ in range(2)]
+    assert digests[0] == digests[1] and len(digests[0]) == 64
+    import keras
+
+    keras.utils.set_random_seed(0)
+    net = model_module.build_unet_s5_d16(19, filters=8)
+    kernels = {}  # the Kaiming-initialised convolutions, by their kernel's shape
+    for layer in net.layers:
+        if isinstance(layer, keras.layers.Conv2D) and not layer.name.endswith("_classifier"):
+            kernels.setdefault(tuple(layer.kernel.shape), []).append(layer.kernel.numpy())
+    alike = [shape for shape, group in kernels.items() if len(group) > 1]
+    assert alike, "the model should have layers of one shape to compare"
+    for shape in alike:
+        group = kernels[shape]
+        assert all(not np.array_equal(a, b) for i, a in enumerate(group) for b in group[i + 1:]), shape
